@@ -1,0 +1,148 @@
+//! Configuration: command-line flags and the limits every part obeys.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub cores: usize,
+    pub long_poll_timeout_ms: u64,
+    /// SSE responses end after about this long so CDNs can collapse (§8.2).
+    pub sse_cycle_ms: u64,
+    pub max_head_bytes: usize,
+    pub max_headers: usize,
+    pub max_body_bytes: u64,
+    /// A connection idle this long between requests is closed; a request
+    /// whose head or body stalls this long gets 408.
+    pub idle_timeout_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([127, 0, 0, 1], 4437)),
+            data_dir: PathBuf::from("./data"),
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            long_poll_timeout_ms: 30_000,
+            sse_cycle_ms: 60_000,
+            max_head_bytes: 16 << 10,
+            max_headers: 100,
+            max_body_bytes: 64 << 20,
+            idle_timeout_ms: 60_000,
+        }
+    }
+}
+
+pub const SERVE_HELP: &str = "\
+rill serve: run the Durable Streams server
+
+USAGE:
+    rill serve [OPTIONS]
+
+OPTIONS:
+    --listen ADDR               address to listen on [default: 127.0.0.1:4437]
+    --data-dir DIR              data directory [default: ./data]
+    --cores N                   shards (pinned threads), one per core [default: all cores]
+    --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
+    --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
+    --max-body-bytes N          largest request body; larger gets 413 [default: 67108864]
+    --max-head-bytes N          largest request head; larger gets 431 [default: 16384]
+    --max-headers N             most request headers; more gets 431 [default: 100]
+    --idle-timeout-ms MS        idle keep-alive connections close, stalled requests get 408 [default: 60000]
+    -h, --help                  print this help
+";
+
+impl Config {
+    /// Parses `serve` flags. `Err` carries the message for the user.
+    pub fn from_args(args: &[String]) -> Result<Config, String> {
+        let mut config = Config::default();
+        let mut iter = args.iter();
+        while let Some(flag) = iter.next() {
+            let (name, inline) = match flag.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (flag.as_str(), None),
+            };
+            let mut value = || {
+                inline
+                    .clone()
+                    .or_else(|| iter.next().cloned())
+                    .ok_or(format!("{name} needs a value"))
+            };
+            match name {
+                "--listen" => config.listen = parse(name, &value()?)?,
+                "--data-dir" => config.data_dir = PathBuf::from(value()?),
+                "--cores" => config.cores = parse(name, &value()?)?,
+                "--long-poll-timeout-ms" => config.long_poll_timeout_ms = parse(name, &value()?)?,
+                "--sse-cycle-ms" => config.sse_cycle_ms = parse(name, &value()?)?,
+                "--max-body-bytes" => config.max_body_bytes = parse(name, &value()?)?,
+                "--max-head-bytes" => config.max_head_bytes = parse(name, &value()?)?,
+                "--max-headers" => config.max_headers = parse(name, &value()?)?,
+                "--idle-timeout-ms" => config.idle_timeout_ms = parse(name, &value()?)?,
+                other => return Err(format!("unknown option {other}; see rill serve --help")),
+            }
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.cores == 0 || self.cores > 256 {
+            return Err("--cores must be between 1 and 256".into());
+        }
+        if self.long_poll_timeout_ms == 0 || self.sse_cycle_ms == 0 || self.idle_timeout_ms == 0 {
+            return Err("timeouts must be positive".into());
+        }
+        if self.max_head_bytes < 1024 || self.max_headers < 8 {
+            return Err("--max-head-bytes must be >= 1024 and --max-headers >= 8".into());
+        }
+        Ok(())
+    }
+
+    pub fn http_limits(&self) -> crate::http::parse::Limits {
+        crate::http::parse::Limits {
+            max_head_bytes: self.max_head_bytes,
+            max_headers: self.max_headers,
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+fn parse<T: std::str::FromStr>(name: &str, text: &str) -> Result<T, String> {
+    text.parse()
+        .map_err(|_| format!("invalid value for {name}: {text:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_override_defaults() {
+        let c = Config::from_args(&args(&[
+            "--listen",
+            "0.0.0.0:9000",
+            "--cores=2",
+            "--long-poll-timeout-ms",
+            "1500",
+        ]))
+        .unwrap();
+        assert_eq!(c.listen.port(), 9000);
+        assert_eq!(c.cores, 2);
+        assert_eq!(c.long_poll_timeout_ms, 1500);
+        assert_eq!(Config::from_args(&[]).unwrap().listen.port(), 4437);
+    }
+
+    #[test]
+    fn rejects_bad_flags() {
+        assert!(Config::from_args(&args(&["--bogus"])).is_err());
+        assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
+        assert!(Config::from_args(&args(&["--cores"])).is_err());
+        assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
+    }
+}

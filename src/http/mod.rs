@@ -1,0 +1,6 @@
+//! HTTP/1.1 on httparse: request heads and bodies in, typed responses out.
+//! Decides nothing about streams (DESIGN.md "Layers").
+
+pub mod chunked;
+pub mod parse;
+pub mod render;

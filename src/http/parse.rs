@@ -1,0 +1,733 @@
+//! HTTP/1.1 request head parsing per RFC 9112 with explicit limits.
+//!
+//! Owns: the request line and header fields (via `httparse`), request-target
+//! decoding (origin-, absolute- and asterisk-form; percent-decoding; query
+//! pairs), message-body framing (Content-Length / Transfer-Encoding, with
+//! request-smuggling defences), `Expect: 100-continue`, connection
+//! persistence, and the `HttpError` type shared with the chunked decoder.
+
+use std::fmt;
+
+/// Size limits applied while parsing a request.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Maximum bytes of the request head, including the final CRLFCRLF.
+    pub max_head_bytes: usize,
+    /// Maximum number of header fields.
+    pub max_headers: usize,
+    /// Maximum decoded body size in bytes.
+    pub max_body_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_head_bytes: 16 * 1024,
+            max_headers: 100,
+            max_body_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// Request method; anything not listed is `Other`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Put,
+    Post,
+    Delete,
+    Options,
+    Patch,
+    Other,
+}
+
+impl Method {
+    fn from_token(token: &str) -> Method {
+        match token {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "PUT" => Method::Put,
+            "POST" => Method::Post,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+}
+
+/// How the request body is framed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyKind {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// A fully parsed request head.
+#[derive(Debug, Clone)]
+pub struct RequestHead {
+    pub method: Method,
+    /// Percent-decoded path (before '?').
+    pub path: String,
+    /// The path exactly as sent (before '?').
+    pub raw_path: String,
+    /// Decoded query pairs in order; '+' is kept literally.
+    pub query: Vec<(String, String)>,
+    /// Header names lower-cased, values trimmed.
+    pub headers: Vec<(String, String)>,
+    pub body: BodyKind,
+    pub expect_continue: bool,
+    pub keep_alive: bool,
+    /// Bytes of the head including the final CRLFCRLF.
+    pub head_len: usize,
+}
+
+impl RequestHead {
+    /// First value of the header `name_lowercase`.
+    pub fn header(&self, name_lowercase: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name_lowercase)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// First value of the query parameter `key`.
+    pub fn query_param(&self, key: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether the query parameter `key` is present (with or without a value).
+    pub fn has_query_param(&self, key: &str) -> bool {
+        self.query.iter().any(|(k, _)| k == key)
+    }
+}
+
+/// Errors produced while parsing a request head or body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HttpError {
+    HeadTooLarge,
+    TooManyHeaders,
+    BodyTooLarge,
+    Malformed(&'static str),
+    UnsupportedTransferEncoding,
+    UnsupportedVersion,
+}
+
+impl HttpError {
+    /// HTTP status code to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            HttpError::HeadTooLarge | HttpError::TooManyHeaders => 431,
+            HttpError::BodyTooLarge => 413,
+            HttpError::Malformed(_) | HttpError::UnsupportedTransferEncoding => 400,
+            HttpError::UnsupportedVersion => 505,
+        }
+    }
+
+    /// Stable machine-readable error code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            HttpError::HeadTooLarge => "head_too_large",
+            HttpError::TooManyHeaders => "too_many_headers",
+            HttpError::BodyTooLarge => "body_too_large",
+            HttpError::Malformed(_) => "malformed_request",
+            HttpError::UnsupportedTransferEncoding => "unsupported_transfer_encoding",
+            HttpError::UnsupportedVersion => "unsupported_version",
+        }
+    }
+
+    /// Human-readable description.
+    pub fn message(&self) -> String {
+        match self {
+            HttpError::HeadTooLarge => "request head exceeds the size limit".to_owned(),
+            HttpError::TooManyHeaders => "request has too many header fields".to_owned(),
+            HttpError::BodyTooLarge => "request body exceeds the size limit".to_owned(),
+            HttpError::Malformed(why) => format!("malformed request: {why}"),
+            HttpError::UnsupportedTransferEncoding => {
+                "only 'Transfer-Encoding: chunked' is supported".to_owned()
+            }
+            HttpError::UnsupportedVersion => "only HTTP/1.0 and HTTP/1.1 are supported".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for HttpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for HttpError {}
+
+/// Parses a request head from the start of `buf`.
+///
+/// Ok(None) when buf does not yet hold a complete head (and buf.len() < max_head_bytes);
+/// Err(HeadTooLarge) as soon as buf holds max_head_bytes without a complete head.
+pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
+    let window = buf.get(..limits.max_head_bytes).unwrap_or(buf);
+    if !has_blank_line(window) {
+        return incomplete(buf, limits);
+    }
+    let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(window) {
+        Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
+        Ok(httparse::Status::Partial) => incomplete(buf, limits),
+        Err(e) => Err(map_httparse_error(e, window)),
+    }
+}
+
+fn incomplete(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
+    if buf.len() >= limits.max_head_bytes {
+        Err(HttpError::HeadTooLarge)
+    } else {
+        Ok(None)
+    }
+}
+
+/// Cheap pre-check: a head can only be complete once an empty line exists.
+fn has_blank_line(window: &[u8]) -> bool {
+    memchr::memchr_iter(b'\n', window).any(|i| {
+        matches!(
+            (window.get(i + 1), window.get(i + 2)),
+            (Some(b'\n'), _) | (Some(b'\r'), Some(b'\n'))
+        )
+    })
+}
+
+fn map_httparse_error(e: httparse::Error, window: &[u8]) -> HttpError {
+    match e {
+        httparse::Error::TooManyHeaders => HttpError::TooManyHeaders,
+        httparse::Error::Version if looks_like_http_version(window) => {
+            HttpError::UnsupportedVersion
+        }
+        httparse::Error::Version => HttpError::Malformed("invalid HTTP version"),
+        httparse::Error::HeaderName => HttpError::Malformed("invalid header name"),
+        httparse::Error::HeaderValue => HttpError::Malformed("invalid header value"),
+        httparse::Error::NewLine => HttpError::Malformed("invalid line ending"),
+        _ => HttpError::Malformed("invalid request line"),
+    }
+}
+
+/// Whether the request line ends in a syntactically valid `HTTP/d.d`.
+fn looks_like_http_version(window: &[u8]) -> bool {
+    let Some(line) = window
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .find(|l| !l.is_empty())
+    else {
+        return false;
+    };
+    let version = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
+    matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+        if major.is_ascii_digit() && minor.is_ascii_digit())
+}
+
+fn build_head(
+    req: &httparse::Request<'_, '_>,
+    head_len: usize,
+    limits: &Limits,
+) -> Result<RequestHead, HttpError> {
+    let method = Method::from_token(req.method.ok_or(HttpError::Malformed("missing method"))?);
+    let http11 = match req.version {
+        Some(1) => true,
+        Some(0) => false,
+        _ => return Err(HttpError::UnsupportedVersion),
+    };
+    let target = req
+        .path
+        .ok_or(HttpError::Malformed("missing request target"))?;
+    let (raw_path, query_str) = split_target(target, method)?;
+    let headers = collect_headers(req.headers)?;
+    let body = body_kind(&headers, limits)?;
+    // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding must close after.
+    let keep_alive = (http11 || body != BodyKind::Chunked) && keep_alive(&headers, http11);
+    let expect_continue =
+        header_values(&headers, "expect").any(|v| v.eq_ignore_ascii_case("100-continue"));
+    Ok(RequestHead {
+        method,
+        path: percent_decode(raw_path)?,
+        query: parse_query(query_str)?,
+        raw_path: raw_path.to_owned(),
+        expect_continue,
+        headers,
+        body,
+        keep_alive,
+        head_len,
+    })
+}
+
+/// Splits the request target into (raw path, raw query).
+fn split_target(target: &str, method: Method) -> Result<(&str, &str), HttpError> {
+    if target == "*" {
+        return match method {
+            Method::Options => Ok(("*", "")),
+            _ => Err(HttpError::Malformed(
+                "asterisk-form target is only valid for OPTIONS",
+            )),
+        };
+    }
+    let origin = origin_form(target)?;
+    let without_fragment = origin.split('#').next().unwrap_or("");
+    let (path, query) = without_fragment
+        .split_once('?')
+        .unwrap_or((without_fragment, ""));
+    Ok((if path.is_empty() { "/" } else { path }, query))
+}
+
+/// Returns the origin-form part (path and query) of an origin- or absolute-form target.
+fn origin_form(target: &str) -> Result<&str, HttpError> {
+    if target.starts_with('/') {
+        return Ok(target);
+    }
+    let rest = strip_prefix_ci(target, "http://")
+        .or_else(|| strip_prefix_ci(target, "https://"))
+        .ok_or(HttpError::Malformed("request target must be origin-form"))?;
+    match rest.find(['/', '?', '#']) {
+        Some(i) => Ok(rest.get(i..).unwrap_or("")),
+        None => Ok(""),
+    }
+}
+
+fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    if head.eq_ignore_ascii_case(prefix) {
+        s.get(prefix.len()..)
+    } else {
+        None
+    }
+}
+
+/// Splits `a=1&b&c=x%20y` into decoded pairs; empty segments are skipped.
+fn parse_query(raw: &str) -> Result<Vec<(String, String)>, HttpError> {
+    raw.split('&')
+        .filter(|seg| !seg.is_empty())
+        .map(|seg| {
+            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
+            Ok((percent_decode(k)?, percent_decode(v)?))
+        })
+        .collect()
+}
+
+/// Decodes `%XX` escapes; the result must be valid UTF-8. '+' is left as is.
+pub fn percent_decode(s: &str) -> Result<String, HttpError> {
+    if !s.contains('%') {
+        return Ok(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        if b != b'%' {
+            out.push(b);
+            i += 1;
+            continue;
+        }
+        let hi = bytes.get(i + 1).and_then(|&c| hex_value(c));
+        let lo = bytes.get(i + 2).and_then(|&c| hex_value(c));
+        match (hi, lo) {
+            (Some(hi), Some(lo)) => out.push(hi << 4 | lo),
+            _ => return Err(HttpError::Malformed("bad percent-encoding")),
+        }
+        i += 3;
+    }
+    String::from_utf8(out).map_err(|_| HttpError::Malformed("invalid UTF-8 after percent-decoding"))
+}
+
+fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+fn collect_headers(raw: &[httparse::Header<'_>]) -> Result<Vec<(String, String)>, HttpError> {
+    raw.iter()
+        .map(|h| {
+            let value = std::str::from_utf8(h.value)
+                .map_err(|_| HttpError::Malformed("header value is not valid UTF-8"))?;
+            let value = value.trim_matches([' ', '\t']);
+            Ok((h.name.to_ascii_lowercase(), value.to_owned()))
+        })
+        .collect()
+}
+
+fn header_values<'a>(
+    headers: &'a [(String, String)],
+    name: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    headers
+        .iter()
+        .filter(move |(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Comma-separated list elements across all fields named `name`, trimmed, empties skipped.
+fn list_tokens<'a>(
+    headers: &'a [(String, String)],
+    name: &'a str,
+) -> impl Iterator<Item = &'a str> + 'a {
+    header_values(headers, name)
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim_matches([' ', '\t']))
+        .filter(|t| !t.is_empty())
+}
+
+fn body_kind(headers: &[(String, String)], limits: &Limits) -> Result<BodyKind, HttpError> {
+    let has_te = header_values(headers, "transfer-encoding").next().is_some();
+    let has_cl = header_values(headers, "content-length").next().is_some();
+    match (has_te, has_cl) {
+        (true, true) => Err(HttpError::Malformed(
+            "both Content-Length and Transfer-Encoding present",
+        )),
+        (true, false) => transfer_encoding(headers),
+        (false, true) => content_length(headers, limits),
+        (false, false) => Ok(BodyKind::None),
+    }
+}
+
+fn transfer_encoding(headers: &[(String, String)]) -> Result<BodyKind, HttpError> {
+    let mut tokens = list_tokens(headers, "transfer-encoding");
+    match (tokens.next(), tokens.next()) {
+        (None, _) => Err(HttpError::Malformed("empty Transfer-Encoding")),
+        (Some(t), None) if t.eq_ignore_ascii_case("chunked") => Ok(BodyKind::Chunked),
+        _ => Err(HttpError::UnsupportedTransferEncoding),
+    }
+}
+
+fn content_length(headers: &[(String, String)], limits: &Limits) -> Result<BodyKind, HttpError> {
+    let mut found: Option<u64> = None;
+    for value in header_values(headers, "content-length").flat_map(|v| v.split(',')) {
+        let len = parse_length(value.trim_matches([' ', '\t']))?;
+        if found.is_some_and(|prev| prev != len) {
+            return Err(HttpError::Malformed("conflicting Content-Length values"));
+        }
+        found = Some(len);
+    }
+    let len = found.ok_or(HttpError::Malformed("empty Content-Length"))?;
+    if len > limits.max_body_bytes {
+        return Err(HttpError::BodyTooLarge);
+    }
+    Ok(BodyKind::Length(len))
+}
+
+fn parse_length(s: &str) -> Result<u64, HttpError> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(HttpError::Malformed("invalid Content-Length"));
+    }
+    // All digits, so the only possible failure is overflow: a huge body.
+    s.parse::<u64>().map_err(|_| HttpError::BodyTooLarge)
+}
+
+fn keep_alive(headers: &[(String, String)], http11: bool) -> bool {
+    let has =
+        |token: &str| list_tokens(headers, "connection").any(|t| t.eq_ignore_ascii_case(token));
+    if has("close") {
+        return false;
+    }
+    http11 || has("keep-alive")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use HttpError::*;
+
+    fn lim(max_head_bytes: usize, max_headers: usize, max_body_bytes: u64) -> Limits {
+        Limits {
+            max_head_bytes,
+            max_headers,
+            max_body_bytes,
+        }
+    }
+
+    fn parse(s: &str) -> Result<Option<RequestHead>, HttpError> {
+        parse_head(s.as_bytes(), &Limits::default())
+    }
+
+    fn ok(s: &str) -> RequestHead {
+        parse(s)
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("no head for {s:?}: {:?}", parse(s)))
+    }
+
+    fn err(s: &str) -> HttpError {
+        parse(s)
+            .err()
+            .unwrap_or_else(|| panic!("expected error for {s:?}"))
+    }
+
+    fn malformed(s: &str) -> bool {
+        matches!(parse(s), Err(Malformed(_)))
+    }
+
+    /// Body framing of a PUT with the given extra header lines.
+    fn body(extra: &str) -> Result<BodyKind, HttpError> {
+        let req = format!("PUT / HTTP/1.1\r\n{extra}\r\n\r\n");
+        parse_head(req.as_bytes(), &lim(999, 9, 1000)).map(|h| h.map_or(BodyKind::None, |h| h.body))
+    }
+
+    #[test]
+    fn simple_get() {
+        let req = "GET /a/b?x=1&y HTTP/1.1\r\nHost: h\r\nX-Foo:  bar \r\n\r\nBODY";
+        let h = ok(req);
+        assert_eq!(
+            (h.method, h.path.as_str(), h.raw_path.as_str()),
+            (Method::Get, "/a/b", "/a/b")
+        );
+        assert_eq!(
+            (h.query_param("x"), h.query_param("y")),
+            (Some("1"), Some(""))
+        );
+        assert!(h.has_query_param("y") && !h.has_query_param("z"));
+        assert_eq!(
+            (h.header("x-foo"), h.header("host")),
+            (Some("bar"), Some("h"))
+        );
+        assert!(h.body == BodyKind::None && h.keep_alive && !h.expect_continue);
+        assert_eq!(h.head_len, req.len() - 4);
+    }
+
+    #[test]
+    fn methods() {
+        use Method::*;
+        let names = "GET HEAD PUT POST DELETE OPTIONS PATCH BREW get".split(' ');
+        let got: Vec<Method> = names
+            .map(|m| ok(&format!("{m} / HTTP/1.1\n\n")).method)
+            .collect();
+        assert_eq!(
+            got,
+            [Get, Head, Put, Post, Delete, Options, Patch, Other, Other]
+        );
+    }
+
+    #[test]
+    fn percent_decoding_of_path_and_query() {
+        let h = ok("GET /s/a%20b%2Fc?k%3D=v%26w&p=a+b&q=%E2%82%AC&&p=2 HTTP/1.1\r\n\r\n");
+        assert_eq!(
+            (h.path.as_str(), h.raw_path.as_str()),
+            ("/s/a b/c", "/s/a%20b%2Fc")
+        );
+        let pairs = [("k=", "v&w"), ("p", "a+b"), ("q", "\u{20ac}"), ("p", "2")];
+        let want: Vec<_> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!((&h.query, h.query_param("p")), (&want, Some("a+b")));
+        assert_eq!(percent_decode("%41%62c+d"), Ok("Abc+d".to_owned()));
+        for bad in ["%", "%4", "%zz", "%FF", "%C3%28", "a%2"] {
+            assert!(matches!(percent_decode(bad), Err(Malformed(_))), "{bad}");
+        }
+        for bad in ["/a%ZZ", "/a%FF", "/?a=%E2%82", "/?%zz=1"] {
+            assert!(malformed(&format!("GET {bad} HTTP/1.1\r\n\r\n")), "{bad}");
+        }
+        let raw = parse_head(b"GET /\xff HTTP/1.1\r\n\r\n", &Limits::default());
+        assert!(matches!(raw, Err(Malformed(_))));
+    }
+
+    #[test]
+    fn target_forms() {
+        let path = |t: &str| ok(&format!("OPTIONS {t} HTTP/1.1\r\n\r\n"));
+        assert_eq!(
+            (path("*").path, path("*").raw_path),
+            ("*".into(), "*".into())
+        );
+        let h = path("http://example.com/x%20y?o=1");
+        assert_eq!((h.path.as_str(), h.raw_path.as_str()), ("/x y", "/x%20y"));
+        let h = path("HTTPS://example.com?o=1");
+        assert_eq!((h.path.as_str(), h.query_param("o")), ("/", Some("1")));
+        assert_eq!(
+            (path("http://h").path, path("/p#frag").path),
+            ("/".into(), "/p".into())
+        );
+        for bad in ["*", "foo", "ftp://h/x", "http:/x"] {
+            assert!(malformed(&format!("GET {bad} HTTP/1.1\r\n\r\n")), "{bad}");
+        }
+    }
+
+    #[test]
+    fn incomplete_heads() {
+        let full = "PUT /s HTTP/1.1\r\nContent-Length: 3\r\n\r\n";
+        for i in 0..full.len() {
+            assert!(matches!(parse(&full[..i]), Ok(None)), "prefix {i}");
+        }
+        assert_eq!(ok(full).head_len, full.len());
+        assert!(matches!(parse("\r\n\r\nGET / HTTP/1.1\r\n"), Ok(None)));
+    }
+
+    #[test]
+    fn head_too_large() {
+        let limits = lim(64, 100, 100);
+        let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(100));
+        let at = |n: usize| parse_head(&long.as_bytes()[..n.min(long.len())], &limits);
+        assert!(matches!(at(63), Ok(None)));
+        assert_eq!(
+            (at(64).err(), at(200).err()),
+            (Some(HeadTooLarge), Some(HeadTooLarge))
+        );
+        let exact = format!("GET /{} HTTP/1.1\r\n\r\n", "b".repeat(64 - 18));
+        assert!(matches!(parse_head(exact.as_bytes(), &limits), Ok(Some(_))));
+        let over = format!("GET /{} HTTP/1.1\r\n\r\n", "b".repeat(64 - 17));
+        assert_eq!(
+            parse_head(over.as_bytes(), &limits).err(),
+            Some(HeadTooLarge)
+        );
+    }
+
+    #[test]
+    fn too_many_headers() {
+        let two = b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\n\r\n";
+        let three = b"GET / HTTP/1.1\r\na: 1\r\nb: 2\r\nc: 3\r\n\r\n";
+        assert!(matches!(parse_head(two, &lim(999, 2, 0)), Ok(Some(_))));
+        assert_eq!(
+            parse_head(three, &lim(999, 2, 0)).err(),
+            Some(TooManyHeaders)
+        );
+        assert!(matches!(
+            parse_head(b"GET / HTTP/1.1\r\n\r\n", &lim(99, 0, 0)),
+            Ok(Some(_))
+        ));
+        assert_eq!(parse_head(two, &lim(999, 0, 0)).err(), Some(TooManyHeaders));
+    }
+
+    #[test]
+    fn versions_and_keep_alive() {
+        assert!(!ok("GET / HTTP/1.0\r\n\r\n").keep_alive);
+        assert!(ok("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
+        assert!(ok("GET / HTTP/1.1\r\n\r\n").keep_alive);
+        assert!(!ok("GET / HTTP/1.1\r\nConnection: foo, CLOSE\r\n\r\n").keep_alive);
+        assert_eq!(err("GET / HTTP/1.2\r\n\r\n"), UnsupportedVersion);
+        assert_eq!(err("GET / HTTP/2.0\r\n\r\n"), UnsupportedVersion);
+        assert!(malformed("GET / HTTX/1.1\r\n\r\n") && malformed("GET / HTTP/1\r\n\r\n"));
+    }
+
+    #[test]
+    fn malformed_request_lines_and_headers() {
+        let heads = [
+            "Bad Name: x",
+            "NoColon",
+            "X: a\x01b",
+            "X: a\r\n folded",
+            ": empty",
+        ];
+        for bad in heads.map(|h| format!("GET / HTTP/1.1\r\n{h}\r\n\r\n")) {
+            assert!(malformed(&bad), "{bad:?}");
+        }
+        for bad in [
+            "GET  / HTTP/1.1\r\n\r\n",
+            "GET /\r\n\r\n",
+            "G(T / HTTP/1.1\n\n",
+            "\x00\n\n",
+        ] {
+            assert!(malformed(bad), "{bad:?}");
+        }
+        let e = parse_head(b"GET / HTTP/1.1\r\nX: caf\xe9\r\n\r\n", &Limits::default());
+        assert_eq!(e.err(), Some(Malformed("header value is not valid UTF-8")));
+    }
+
+    #[test]
+    fn bare_lf_line_endings() {
+        let h = ok("POST /x HTTP/1.1\nContent-Length: 2\n\nab");
+        assert_eq!((h.body, h.head_len), (BodyKind::Length(2), 36));
+    }
+
+    #[test]
+    fn content_length() {
+        assert_eq!(body("Content-Length: 42"), Ok(BodyKind::Length(42)));
+        assert_eq!(body("Content-Length: 0"), Ok(BodyKind::Length(0)));
+        assert_eq!(
+            body("Content-Length: 5\r\nContent-Length: 5, 5"),
+            Ok(BodyKind::Length(5))
+        );
+        assert_eq!(body("Content-Length: 1000"), Ok(BodyKind::Length(1000)));
+        assert_eq!(body("Content-Length: 1001"), Err(BodyTooLarge));
+        assert_eq!(
+            body("Content-Length: 99999999999999999999999"),
+            Err(BodyTooLarge)
+        );
+        for bad in "+5|-1|5a|0x10||1 2|5,|5\r\nContent-Length: 6".split('|') {
+            assert!(matches!(
+                body(&format!("Content-Length: {bad}")),
+                Err(Malformed(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn transfer_encoding() {
+        assert_eq!(body("Transfer-Encoding: Chunked"), Ok(BodyKind::Chunked));
+        let te = "gzip, chunked|chunked, chunked|identity|chunked;x=1|gzip\r\nTransfer-Encoding: chunked";
+        for v in te.split('|') {
+            assert_eq!(
+                body(&format!("Transfer-Encoding: {v}")),
+                Err(UnsupportedTransferEncoding)
+            );
+        }
+        assert!(matches!(body("Transfer-Encoding: "), Err(Malformed(_))));
+        let both = body("Transfer-Encoding: chunked\r\nContent-Length: 3");
+        assert!(matches!(both, Err(Malformed(_))));
+        let old = ok("POST / HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\n\n");
+        assert!(old.body == BodyKind::Chunked && !old.keep_alive);
+    }
+
+    #[test]
+    fn expect_continue_and_header_lookup() {
+        assert!(ok("PUT / HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n").expect_continue);
+        assert!(!ok("PUT / HTTP/1.1\r\nExpect: other\r\n\r\n").expect_continue);
+        let h = ok("GET / HTTP/1.1\r\nX-A: 1\r\nx-a: 2\r\nEmpty:\r\n\r\n");
+        let got = (
+            h.header("x-a"),
+            h.header("empty"),
+            h.header("X-A"),
+            h.headers.len(),
+        );
+        assert_eq!(got, (Some("1"), Some(""), None, 3));
+    }
+
+    #[test]
+    fn error_metadata() {
+        for (e, status, code) in [
+            (HeadTooLarge, 431, "head_too_large"),
+            (TooManyHeaders, 431, "too_many_headers"),
+            (BodyTooLarge, 413, "body_too_large"),
+            (Malformed("boom"), 400, "malformed_request"),
+            (
+                UnsupportedTransferEncoding,
+                400,
+                "unsupported_transfer_encoding",
+            ),
+            (UnsupportedVersion, 505, "unsupported_version"),
+        ] {
+            assert_eq!(
+                (e.status(), e.code(), e.to_string()),
+                (status, code, e.message())
+            );
+        }
+        assert!(Malformed("boom").message().contains("boom"));
+    }
+
+    #[test]
+    fn garbage_never_panics() {
+        let mut seed: u32 = 12345;
+        let alphabet = b"GET /%?=&:\r\n \tHTTP/1.0x\xff\x00Content-Length:chunked";
+        for _ in 0..2000 {
+            let mut next = || {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                alphabet[(seed >> 16) as usize % alphabet.len()]
+            };
+            let buf: Vec<u8> = (0..80).map(|_| next()).collect();
+            for n in [0, 7, 20, 41, 80] {
+                let _ = parse_head(&buf[..n], &lim(40, 3, 100));
+                let _ = parse_head(&buf[..n], &Limits::default());
+            }
+        }
+    }
+}

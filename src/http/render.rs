@@ -1,0 +1,175 @@
+//! Response serialization: status line, the headers every response carries
+//! (PROTOCOL.md §10.7 browser security headers, CORS for browser clients),
+//! Content-Length bodies and chunked streaming bodies (SSE).
+
+use crate::protocol::Response;
+
+/// Request headers a browser may send cross-origin (CORS preflight).
+pub const ALLOW_HEADERS: &str = "content-type, authorization, if-none-match, cache-control, \
+    stream-seq, stream-ttl, stream-expires-at, stream-closed, producer-id, producer-epoch, \
+    producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset, \
+    stream-attrs, stream-snapshot-match, stream-record-match, last-event-id";
+/// Response headers a browser client may read.
+pub const EXPOSE_HEADERS: &str = "stream-next-offset, stream-cursor, stream-up-to-date, \
+    stream-closed, stream-ttl, stream-expires-at, stream-sse-data-encoding, \
+    stream-data-content-type, stream-extensions, producer-epoch, producer-seq, \
+    producer-expected-seq, producer-received-seq, etag, content-type, location, retry-after";
+
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        503 => "Service Unavailable",
+        505 => "HTTP Version Not Supported",
+        507 => "Insufficient Storage",
+        _ => "Unknown",
+    }
+}
+
+/// How the body of a response is framed on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// `Content-Length` (omitted where the status forbids a body).
+    Length,
+    /// `Transfer-Encoding: chunked`, for streamed bodies.
+    Chunked,
+}
+
+/// Writes the status line and headers of `resp`, then its body unless the
+/// request was HEAD or the body is streamed.
+pub fn encode(
+    resp: &Response,
+    framing: Framing,
+    keep_alive: bool,
+    head_request: bool,
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(resp.status.to_string().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(reason(resp.status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &resp.headers {
+        push_header(out, name, value);
+    }
+    push_header(out, "x-content-type-options", "nosniff");
+    push_header(out, "cross-origin-resource-policy", "cross-origin");
+    push_header(out, "access-control-allow-origin", "*");
+    push_header(out, "access-control-expose-headers", EXPOSE_HEADERS);
+    let bodiless = resp.status == 204 || resp.status == 304 || resp.status < 200;
+    match framing {
+        Framing::Chunked => push_header(out, "transfer-encoding", "chunked"),
+        Framing::Length if !bodiless => {
+            push_header(out, "content-length", &resp.body.len().to_string())
+        }
+        Framing::Length => {}
+    }
+    if !keep_alive {
+        push_header(out, "connection", "close");
+    }
+    out.extend_from_slice(b"\r\n");
+    if framing == Framing::Length && !head_request && !bodiless {
+        out.extend_from_slice(&resp.body);
+    }
+}
+
+fn push_header(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value.as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One chunk of a chunked body; empty `data` writes nothing (an empty chunk
+/// would end the body).
+pub fn chunk(data: &[u8], out: &mut Vec<u8>) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The last chunk: ends a chunked body.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+/// The CORS preflight answer (any path).
+pub fn preflight() -> Response {
+    Response::new(204)
+        .header(
+            "access-control-allow-methods",
+            "GET, POST, PUT, DELETE, HEAD, OPTIONS",
+        )
+        .header("access-control-allow-headers", ALLOW_HEADERS)
+        .header("access-control-max-age", "86400")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_response_carries_security_headers() {
+        let mut out = Vec::new();
+        encode(
+            &Response::error(404, "not_found", "x"),
+            Framing::Length,
+            true,
+            false,
+            &mut out,
+        );
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("x-content-type-options: nosniff\r\n"));
+        assert!(text.contains("cross-origin-resource-policy: cross-origin\r\n"));
+        assert!(text.contains("content-length: "));
+        assert!(
+            text.ends_with("\"message\":\"x\"}}") || text.ends_with("\"code\":\"not_found\"}}")
+        );
+    }
+
+    #[test]
+    fn no_body_on_204_or_head() {
+        let mut out = Vec::new();
+        encode(&Response::new(204), Framing::Length, false, false, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(!text.contains("content-length") && text.contains("connection: close"));
+        let mut out = Vec::new();
+        encode(
+            &Response::new(200).with_body(b"abc".to_vec()),
+            Framing::Length,
+            true,
+            true,
+            &mut out,
+        );
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .ends_with("content-length: 3\r\n\r\n")
+        );
+    }
+
+    #[test]
+    fn chunks() {
+        let mut out = Vec::new();
+        chunk(b"hello", &mut out);
+        chunk(b"", &mut out);
+        assert_eq!(out, b"5\r\nhello\r\n");
+    }
+}

@@ -1,0 +1,12 @@
+//! rill: a thread-per-core io_uring Durable Streams server.
+//!
+//! Layers point one way (see `docs/ARCHITECTURE.md`):
+//! `shard` -> `http` -> `protocol` -> `stream`. `protocol` decides and `stream`
+//! applies; both are pure and deterministic. Only `shard` touches sockets.
+
+pub mod clock;
+pub mod config;
+pub mod http;
+pub mod protocol;
+pub mod shard;
+pub mod stream;

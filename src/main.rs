@@ -1,0 +1,108 @@
+//! The `rill` binary: command line, startup, signal handling, shutdown.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use rill::config::{Config, SERVE_HELP};
+use rill::shard::{self, mesh::MeshMsg};
+
+const HELP: &str = "\
+rill: a thread-per-core io_uring Durable Streams server
+
+USAGE:
+    rill serve [OPTIONS]    run the server (see rill serve --help)
+    rill --help             print this help
+    rill --version          print the version
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        None | Some("-h" | "--help" | "help") => {
+            print!("{HELP}");
+            ExitCode::SUCCESS
+        }
+        Some("-V" | "--version") => {
+            println!("rill {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Some("serve") if args[1..].iter().any(|a| a == "-h" || a == "--help") => {
+            print!("{SERVE_HELP}");
+            ExitCode::SUCCESS
+        }
+        Some("serve") => match Config::from_args(&args[1..]) {
+            Ok(config) => serve(config),
+            Err(message) => {
+                eprintln!("rill: {message}");
+                ExitCode::from(2)
+            }
+        },
+        Some(other) => {
+            eprintln!("rill: unknown command {other:?}\n\n{HELP}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Blocks SIGINT and SIGTERM in every thread (shards inherit the mask), so
+/// only `wait_for_stop_signal` on the main thread receives them.
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data initialized by sigemptyset before use;
+    // pthread_sigmask only reads the set we pass.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
+    let mut signal = 0;
+    // SAFETY: `set` is a valid, initialized signal set; sigwait writes the
+    // received signal number into our local.
+    unsafe { libc::sigwait(set, &mut signal) };
+    signal
+}
+
+fn serve(config: Config) -> ExitCode {
+    let signals = block_stop_signals();
+    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
+        eprintln!(
+            "rill: cannot create data dir {}: {e}",
+            config.data_dir.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let config = Arc::new(config);
+    let (handles, senders) = match shard::start(config.clone()) {
+        Ok(started) => started,
+        Err(e) => {
+            eprintln!("rill: cannot listen on {}: {e}", config.listen);
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!(
+        "rill: listening on {} shards={} data_dir={}",
+        config.listen,
+        config.cores,
+        config.data_dir.display()
+    );
+    let signal = wait_for_stop_signal(&signals);
+    eprintln!("rill: signal {signal} received, stopping");
+    for sender in &senders {
+        let _ = sender.send(MeshMsg::Shutdown);
+    }
+    let mut clean = true;
+    for handle in handles {
+        clean &= handle.join().is_ok();
+    }
+    eprintln!("rill: stopped");
+    if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,191 @@
+//! Append and close (PROTOCOL.md §5.2, §5.2.1 idempotent producers, stream
+//! closure). Checks run in a fixed order so that errors have one precedence:
+//! header syntax, empty body / close-only, Content-Type presence, existence,
+//! closure, content-type match, JSON validity, producer, Stream-Seq.
+
+use super::headers::{producer, wants_close};
+use super::producer::{ProducerDecision, decide as decide_producer};
+use super::response::{Response, bad_request, conflict, not_found};
+use super::{Action, Request, content_type, json, offset};
+use crate::stream::{Command, ProducerWrite, Stream, Table};
+
+pub fn decide(req: &Request, table: &Table) -> Action {
+    match decide_inner(req, table) {
+        Ok(action) => action,
+        Err(reply) => Action::Reply(reply),
+    }
+}
+
+fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
+    let close = wants_close(req.head);
+    let producer = producer(req.head)?;
+    if req.body.is_empty() {
+        if !close {
+            return Err(bad_request("empty append body"));
+        }
+        let stream = table
+            .get(req.key)
+            .ok_or_else(|| not_found("stream not found"))?;
+        return close_only(req, stream, producer);
+    }
+    let ct = req
+        .head
+        .header("content-type")
+        .filter(|ct| !ct.trim().is_empty())
+        .ok_or_else(|| bad_request("Content-Type is required on append"))?;
+    let stream = table
+        .get(req.key)
+        .ok_or_else(|| not_found("stream not found"))?;
+    if stream.closed {
+        return Err(closed_reply(stream, producer.as_ref()));
+    }
+    if !content_type::same(ct, &stream.content_type) {
+        return Err(conflict(
+            "content_type_mismatch",
+            "Content-Type does not match the stream",
+        ));
+    }
+    let data = canonical(stream, req.body)?;
+    if let Some(p) = &producer {
+        check_producer(stream, p)?;
+    }
+    let stream_seq = check_stream_seq(req, stream)?;
+    let tail = stream.tail() + data.len() as u64;
+    let reply = success(producer.as_ref(), tail, close);
+    let command = Command::Append {
+        key: req.key.to_string(),
+        data,
+        producer,
+        stream_seq,
+        close,
+        now_ms: req.now_ms,
+    };
+    Ok(Action::Commit {
+        commands: vec![command],
+        reply,
+    })
+}
+
+/// JSON streams store normalized messages; an empty array is a 400 (§7.1).
+fn canonical(stream: &Stream, body: &[u8]) -> Result<Vec<u8>, Response> {
+    if !stream.json {
+        return Ok(body.to_vec());
+    }
+    let mut data = Vec::with_capacity(body.len() + 1);
+    json::normalize_into(body, false, &mut data).map_err(|e| bad_request(&e.message()))?;
+    Ok(data)
+}
+
+/// 200 with producer headers (new data from a producer), else 204.
+fn success(producer: Option<&ProducerWrite>, tail: u64, closed: bool) -> Response {
+    let status = if producer.is_some() { 200 } else { 204 };
+    with_producer(Response::new(status), producer, None)
+        .header("stream-next-offset", offset::format(tail))
+        .header_if(closed, "stream-closed", "true")
+}
+
+fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<u64>) -> Response {
+    match producer {
+        Some(p) => reply
+            .header("producer-epoch", p.epoch.to_string())
+            .header("producer-seq", seq.unwrap_or(p.seq).to_string()),
+        None => reply,
+    }
+}
+
+/// A write to a closed stream: the retry of the write that closed it is a
+/// duplicate (204); anything else is 409 with `Stream-Closed: true`.
+fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
+    let tail = offset::format(stream.tail());
+    if let Some(p) = producer {
+        let closer = stream.closed_by.as_ref();
+        if closer.is_some_and(|(id, epoch, seq)| *id == p.id && *epoch == p.epoch && *seq == p.seq)
+        {
+            return with_producer(Response::new(204), Some(p), None)
+                .header("stream-next-offset", tail)
+                .header("stream-closed", "true");
+        }
+    }
+    conflict("stream_closed", "stream is closed")
+        .header("stream-closed", "true")
+        .header("stream-next-offset", tail)
+}
+
+/// Maps the producer decision table (§5.2.1) to its error responses.
+fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
+    match decide_producer(stream.producers.get(&p.id), p.epoch, p.seq) {
+        ProducerDecision::Accept => Ok(()),
+        ProducerDecision::Duplicate { last_seq } => Err(with_producer(
+            Response::new(204).header("stream-next-offset", offset::format(stream.tail())),
+            Some(p),
+            Some(last_seq),
+        )),
+        ProducerDecision::StaleEpoch { current } => Err(Response::error(
+            403,
+            "stale_producer_epoch",
+            "producer epoch is older than the current epoch",
+        )
+        .header("producer-epoch", current.to_string())),
+        ProducerDecision::NewEpochNeedsSeqZero => Err(bad_request(
+            "a new producer epoch must start at Producer-Seq 0",
+        )),
+        ProducerDecision::Gap { expected, received } => {
+            Err(conflict("producer_sequence_gap", "producer sequence gap")
+                .header("producer-expected-seq", expected.to_string())
+                .header("producer-received-seq", received.to_string()))
+        }
+    }
+}
+
+/// `Stream-Seq` is scoped per stream and compared byte-wise: it must strictly
+/// increase (§5.2).
+fn check_stream_seq(req: &Request, stream: &Stream) -> Result<Option<String>, Response> {
+    let Some(seq) = req.head.header("stream-seq") else {
+        return Ok(None);
+    };
+    if stream
+        .stream_seq
+        .as_deref()
+        .is_some_and(|last| seq.as_bytes() <= last.as_bytes())
+    {
+        return Err(conflict(
+            "stream_seq_regression",
+            "Stream-Seq must strictly increase",
+        ));
+    }
+    Ok(Some(seq.to_string()))
+}
+
+/// POST `Stream-Closed: true` with an empty body: close, idempotently.
+fn close_only(
+    req: &Request,
+    stream: &Stream,
+    producer: Option<ProducerWrite>,
+) -> Result<Action, Response> {
+    let tail = offset::format(stream.tail());
+    if stream.closed {
+        if producer.is_some() {
+            return Err(closed_reply(stream, producer.as_ref()));
+        }
+        return Ok(Action::Reply(
+            Response::new(204)
+                .header("stream-next-offset", tail)
+                .header("stream-closed", "true"),
+        ));
+    }
+    if let Some(p) = &producer {
+        check_producer(stream, p)?;
+    }
+    let reply = with_producer(Response::new(204), producer.as_ref(), None)
+        .header("stream-next-offset", tail)
+        .header("stream-closed", "true");
+    let command = Command::Close {
+        key: req.key.to_string(),
+        producer,
+        now_ms: req.now_ms,
+    };
+    Ok(Action::Commit {
+        commands: vec![command],
+        reply,
+    })
+}

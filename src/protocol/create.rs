@@ -1,0 +1,110 @@
+//! Create (PROTOCOL.md §5.1): content type, lifetime, `Stream-Closed`, initial
+//! body, idempotent re-create (200) and 409 on a configuration mismatch.
+
+use super::headers::{Lifetime, lifetime, wants_close};
+use super::response::{Response, bad_request, conflict};
+use super::{Action, Request, Surface, content_type, json, offset};
+use crate::stream::{Command, Stream, Table};
+
+pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+
+pub fn decide(req: &Request, table: &Table) -> Action {
+    match decide_inner(req, table) {
+        Ok(action) | Err(action) => action,
+    }
+}
+
+fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
+    let content_type = requested_content_type(req).map_err(Action::Reply)?;
+    let lifetime = lifetime(req.head).map_err(Action::Reply)?;
+    let closed = wants_close(req.head);
+    let data = canonical_body(req, &content_type).map_err(Action::Reply)?;
+    if let Some(existing) = table.get(req.key) {
+        return Ok(Action::Reply(recreate(
+            existing,
+            &content_type,
+            &lifetime,
+            closed,
+            &data,
+        )));
+    }
+    let tail = data.len() as u64;
+    let reply = Response::new(201)
+        .header("location", location(req))
+        .header("content-type", content_type.clone())
+        .header("stream-next-offset", offset::format(tail))
+        .header_if(closed, "stream-closed", "true");
+    let command = Command::Create {
+        key: req.key.to_string(),
+        content_type,
+        ttl_secs: lifetime.ttl_secs,
+        expires_at: lifetime.expires_at,
+        expires_at_ms: lifetime.expires_at_ms,
+        closed,
+        data,
+        now_ms: req.now_ms,
+    };
+    Ok(Action::Commit {
+        commands: vec![command],
+        reply,
+    })
+}
+
+/// The requested content type; omitted means `application/octet-stream`.
+fn requested_content_type(req: &Request) -> Result<String, Response> {
+    match req.head.header("content-type").map(str::trim) {
+        None | Some("") => Ok(DEFAULT_CONTENT_TYPE.to_string()),
+        Some(ct) if content_type::is_valid(ct) => Ok(ct.to_string()),
+        Some(_) => Err(bad_request("invalid Content-Type")),
+    }
+}
+
+/// The initial body in canonical form: JSON streams normalize (an empty array
+/// is allowed on create, PROTOCOL.md §7.1).
+fn canonical_body(req: &Request, content_type: &str) -> Result<Vec<u8>, Response> {
+    if !content_type::is_json(content_type) || req.body.is_empty() {
+        return Ok(req.body.to_vec());
+    }
+    let mut data = Vec::with_capacity(req.body.len() + 1);
+    json::normalize_into(req.body, true, &mut data).map_err(|e| bad_request(&e.message()))?;
+    Ok(data)
+}
+
+/// An existing stream: 200 when the configuration matches, else 409. The
+/// initial body is not compared: a retried create must stay idempotent.
+fn recreate(
+    existing: &Stream,
+    ct: &str,
+    lifetime: &Lifetime,
+    closed: bool,
+    _data: &[u8],
+) -> Response {
+    let matches = content_type::same(&existing.content_type, ct)
+        && existing.ttl_secs == lifetime.ttl_secs
+        && existing.expires_at_ms == lifetime.expires_at_ms
+        && existing.closed == closed;
+    if !matches {
+        return conflict(
+            "stream_exists",
+            "stream already exists with a different configuration",
+        );
+    }
+    Response::new(200)
+        .header("content-type", existing.content_type.clone())
+        .header("stream-next-offset", offset::format(existing.tail()))
+        .header_if(existing.closed, "stream-closed", "true")
+}
+
+/// `Location` for a 201: the stream's absolute URL when the Host is known.
+fn location(req: &Request) -> String {
+    let path = &req.head.raw_path;
+    match req.head.header("host") {
+        Some(host) if !host.is_empty() => format!("http://{host}{path}"),
+        _ => path.clone(),
+    }
+}
+
+/// Whether a surface renders JSON reads as NDJSON.
+pub fn is_ndjson(surface: Surface, stream: &Stream) -> bool {
+    stream.json && surface == Surface::Bucket
+}

@@ -1,0 +1,76 @@
+//! Request header validation shared by create and append: `Stream-TTL`,
+//! `Stream-Expires-At` (PROTOCOL.md §5.1), `Stream-Closed`, producer headers
+//! (§5.2.1).
+
+use super::producer::parse_integer;
+use super::response::{Response, bad_request};
+use crate::http::parse::RequestHead;
+use crate::stream::ProducerWrite;
+
+/// The stream lifetime requested on create.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lifetime {
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<String>,
+    pub expires_at_ms: Option<u64>,
+}
+
+/// `Stream-TTL`: a non-negative decimal integer without leading zeros, signs,
+/// points or exponents. Both headers at once is a 400.
+pub fn lifetime(head: &RequestHead) -> Result<Lifetime, Response> {
+    let ttl = head.header("stream-ttl");
+    let expires = head.header("stream-expires-at");
+    if ttl.is_some() && expires.is_some() {
+        return Err(bad_request(
+            "Stream-TTL and Stream-Expires-At are mutually exclusive",
+        ));
+    }
+    let mut lifetime = Lifetime::default();
+    if let Some(ttl) = ttl {
+        let canonical = ttl == "0" || (!ttl.starts_with('0') && !ttl.is_empty());
+        let secs = parse_integer(ttl).filter(|_| canonical);
+        lifetime.ttl_secs = Some(secs.ok_or_else(|| bad_request("invalid Stream-TTL"))?);
+    }
+    if let Some(expires) = expires {
+        let ms = crate::clock::parse_rfc3339_ms(expires).ok_or_else(|| {
+            bad_request("invalid Stream-Expires-At: expected an RFC 3339 timestamp")
+        })?;
+        lifetime.expires_at = Some(expires.to_string());
+        lifetime.expires_at_ms = Some(ms);
+    }
+    Ok(lifetime)
+}
+
+/// `Stream-Closed: true` (case-insensitive); any other value means not closing.
+pub fn wants_close(head: &RequestHead) -> bool {
+    head.header("stream-closed")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// Producer headers: all three or none; id non-empty; strict integers.
+pub fn producer(head: &RequestHead) -> Result<Option<ProducerWrite>, Response> {
+    let id = head.header("producer-id");
+    let epoch = head.header("producer-epoch");
+    let seq = head.header("producer-seq");
+    let (id, epoch, seq) = match (id, epoch, seq) {
+        (None, None, None) => return Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => (id, epoch, seq),
+        _ => {
+            return Err(bad_request(
+                "Producer-Id, Producer-Epoch and Producer-Seq must be sent together",
+            ));
+        }
+    };
+    if id.is_empty() {
+        return Err(bad_request("Producer-Id must not be empty"));
+    }
+    let epoch = parse_integer(epoch)
+        .ok_or_else(|| bad_request("Producer-Epoch must be an integer in 0..=2^53-1"))?;
+    let seq = parse_integer(seq)
+        .ok_or_else(|| bad_request("Producer-Seq must be an integer in 0..=2^53-1"))?;
+    Ok(Some(ProducerWrite {
+        id: id.to_string(),
+        epoch,
+        seq,
+    }))
+}

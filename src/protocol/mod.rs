@@ -1,0 +1,84 @@
+//! The protocol layer: pure decisions. `decide` maps (request, stream table,
+//! now) to an `Action`: a reply, commands to commit before replying, or a
+//! read that may wait. Every MUST of PROTOCOL.md §4-§5 and §8-§12 lives here
+//! and in the files beside it, unit-tested without sockets, disks or clocks.
+
+pub mod append;
+pub mod buckets;
+pub mod content_type;
+pub mod create;
+pub mod cursor;
+pub mod headers;
+pub mod json;
+pub mod offset;
+pub mod producer;
+pub mod read;
+pub mod response;
+pub mod router;
+pub mod sse;
+
+use crate::http::parse::{Method, RequestHead};
+use crate::stream::{Command, Table};
+pub use response::Response;
+pub use router::{Surface, Target};
+
+/// One request as the protocol sees it: the parsed head and the whole body.
+pub struct Request<'a> {
+    pub head: &'a RequestHead,
+    pub body: &'a [u8],
+    pub surface: Surface,
+    pub key: &'a str,
+    pub now_ms: u64,
+    /// A random number for cursor jitter (PROTOCOL.md §8.1).
+    pub jitter_seed: u64,
+}
+
+/// What the shard must do for a request.
+#[derive(Debug)]
+pub enum Action {
+    Reply(Response),
+    /// Commit `commands` (in order), apply them, then send `reply`.
+    Commit {
+        commands: Vec<Command>,
+        reply: Response,
+    },
+    /// A read: rendered now, or after waiting (long-poll), or streamed (SSE).
+    Read(read::ReadPlan),
+}
+
+/// Decides a request on a stream of the base protocol (either surface).
+pub fn decide_stream(req: &Request, table: &Table) -> Action {
+    match req.head.method {
+        Method::Put => create::decide(req, table),
+        Method::Post => append::decide(req, table),
+        Method::Get => read::decide(req, table),
+        Method::Head => Action::Reply(read::head(req, table)),
+        Method::Delete => delete(req, table),
+        _ => Action::Reply(
+            Response::error(405, "method_not_allowed", "method not allowed on a stream")
+                .header("allow", "GET, HEAD, PUT, POST, DELETE, OPTIONS"),
+        ),
+    }
+}
+
+/// PROTOCOL.md §5.3: 204 once deleted, 404 when absent.
+fn delete(req: &Request, table: &Table) -> Action {
+    match table.get(req.key) {
+        Some(_) => Action::Commit {
+            commands: vec![Command::Delete {
+                key: req.key.to_string(),
+            }],
+            reply: Response::new(204),
+        },
+        None => Action::Reply(response::not_found("stream not found")),
+    }
+}
+
+/// The command that reaps `key` if it has expired at `now_ms` (PROTOCOL.md
+/// §4: an expired stream behaves as deleted).
+pub fn reap_expired(table: &Table, key: &str, now_ms: u64) -> Option<Command> {
+    let stream = table.get(key)?;
+    stream.is_expired(now_ms).then(|| Command::Delete {
+        key: key.to_string(),
+    })
+}

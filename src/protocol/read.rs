@@ -1,0 +1,267 @@
+//! Reads (PROTOCOL.md §5.4 HEAD, §5.5 catch-up, §5.6 long-poll, §6 offsets,
+//! §8 caching): parameter validation, range selection on message boundaries,
+//! rendering per surface dialect, ETag / If-None-Match, cursors.
+
+use super::response::{Response, bad_request, not_found};
+use super::{Action, Request, Surface, cursor, json, offset, sse};
+use crate::protocol::offset::OffsetParam;
+use crate::stream::{Stream, Table};
+
+/// Largest body a single catch-up response carries; clients page with
+/// `Stream-Next-Offset` (PROTOCOL.md §5.5 "server-defined maximum chunk size").
+pub const MAX_READ_BYTES: u64 = 4 << 20;
+const PUBLIC_CACHE: &str = "public, max-age=60, stale-while-revalidate=300";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LiveMode {
+    CatchUp,
+    LongPoll,
+    Sse,
+}
+
+/// A validated read that may have to wait (long-poll) or stream (SSE).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub key: String,
+    pub surface: Surface,
+    pub mode: LiveMode,
+    /// Byte position to read from (`now` and `-1` already resolved).
+    pub start: u64,
+    pub cursor: Option<String>,
+}
+
+pub fn decide(req: &Request, table: &Table) -> Action {
+    match decide_inner(req, table) {
+        Ok(action) => action,
+        Err(reply) => Action::Reply(reply),
+    }
+}
+
+fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
+    let (param, mode) = parse_params(req)?;
+    let stream = table
+        .get(req.key)
+        .ok_or_else(|| not_found("stream not found"))?;
+    let start = match param {
+        OffsetParam::Start => 0,
+        OffsetParam::Now => stream.tail(),
+        OffsetParam::At(pos) => validate_position(stream, req.surface, pos)?,
+    };
+    let plan = ReadPlan {
+        key: req.key.to_string(),
+        surface: req.surface,
+        mode,
+        start,
+        cursor: req.head.query_param("cursor").map(str::to_string),
+    };
+    match mode {
+        LiveMode::Sse => Ok(Action::Read(plan)),
+        LiveMode::CatchUp if param == OffsetParam::Now => {
+            Ok(Action::Reply(now_reply(stream, req.surface)))
+        }
+        LiveMode::CatchUp => Ok(Action::Reply(catch_up(req, stream, &plan))),
+        LiveMode::LongPoll => Ok(
+            match poll(&plan, stream, req.now_ms, req.jitter_seed, false) {
+                Some(reply) => Action::Reply(reply),
+                None => Action::Read(plan),
+            },
+        ),
+    }
+}
+
+/// `offset`: at most once, never empty, `-1`, `now` or a token; `live`:
+/// `long-poll` or `sse`, which require an offset.
+fn parse_params(req: &Request) -> Result<(OffsetParam, LiveMode), Response> {
+    let offsets: Vec<&str> = req
+        .head
+        .query
+        .iter()
+        .filter(|(k, _)| k == "offset")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    let param = match offsets.as_slice() {
+        [] => None,
+        [one] => Some(offset::parse_param(one).ok_or_else(|| bad_request("malformed offset"))?),
+        _ => return Err(bad_request("offset must be given at most once")),
+    };
+    let mode = match req.head.query_param("live") {
+        None => LiveMode::CatchUp,
+        Some("long-poll") => LiveMode::LongPoll,
+        Some("sse") => LiveMode::Sse,
+        Some(_) => return Err(bad_request("live must be long-poll or sse")),
+    };
+    if mode != LiveMode::CatchUp && param.is_none() {
+        return Err(bad_request("live reads require an offset"));
+    }
+    Ok((param.unwrap_or(OffsetParam::Start), mode))
+}
+
+/// A token must lie within the stream and, on JSON streams, on a message
+/// boundary (offsets of JSON streams address whole messages).
+fn validate_position(stream: &Stream, _surface: Surface, pos: u64) -> Result<u64, Response> {
+    if pos > stream.tail() {
+        return Err(bad_request("offset is beyond the tail of the stream"));
+    }
+    if stream.json && !stream.is_boundary(pos) {
+        return Err(bad_request("offset is not on a message boundary"));
+    }
+    Ok(pos)
+}
+
+/// The content type of a read body on this surface.
+pub fn body_content_type(stream: &Stream, surface: Surface) -> String {
+    if stream.json && surface == Surface::Bucket {
+        "application/x-ndjson".to_string()
+    } else {
+        stream.content_type.clone()
+    }
+}
+
+/// The end of the range that starts at `start`: whole messages, at most
+/// `MAX_READ_BYTES` unless a single message is larger.
+pub fn range_end(stream: &Stream, start: u64, max_bytes: u64) -> u64 {
+    let tail = stream.tail();
+    let limit = start.saturating_add(max_bytes);
+    if tail <= limit {
+        return tail;
+    }
+    if !stream.json {
+        return limit;
+    }
+    let first = stream.first_message_after(start);
+    let within = stream.message_ends[first..].partition_point(|&end| end <= limit);
+    stream.message_ends[first + within.max(1) - 1]
+}
+
+/// The bytes of `[start, end)` in the surface's dialect.
+pub fn render_body(stream: &Stream, surface: Surface, start: u64, end: u64) -> Vec<u8> {
+    let bytes = &stream.data[start as usize..end as usize];
+    if stream.json && surface == Surface::V1 {
+        let mut out = Vec::with_capacity(bytes.len() + 2);
+        json::render_array(bytes, &mut out);
+        out
+    } else {
+        bytes.to_vec()
+    }
+}
+
+fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
+    let suffix = if closed_at_end { ":c" } else { "" };
+    format!("\"{}:{}:{}{}\"", stream.id, start, end, suffix)
+}
+
+/// A 200 carrying `[start, end)` with the headers every read shares.
+fn data_reply(stream: &Stream, surface: Surface, start: u64) -> (Response, String) {
+    let end = range_end(stream, start, MAX_READ_BYTES);
+    let at_tail = end == stream.tail();
+    let closed_here = at_tail && stream.closed;
+    let tag = etag(stream, start, end, closed_here);
+    let reply = Response::new(200)
+        .header("content-type", body_content_type(stream, surface))
+        .header("stream-next-offset", offset::format(end))
+        .header_if(at_tail, "stream-up-to-date", "true")
+        .header_if(closed_here, "stream-closed", "true")
+        .header("etag", tag.clone())
+        .with_body(render_body(stream, surface, start, end));
+    (reply, tag)
+}
+
+fn catch_up(req: &Request, stream: &Stream, plan: &ReadPlan) -> Response {
+    let (reply, tag) = data_reply(stream, plan.surface, plan.start);
+    if req.head.header("if-none-match") == Some(tag.as_str()) {
+        return Response::new(304).header("etag", tag);
+    }
+    let cache = if reply.get_header("stream-up-to-date").is_some() {
+        "no-store".to_string()
+    } else {
+        cache_control(stream, req.now_ms)
+    };
+    reply.header("cache-control", cache)
+}
+
+/// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
+fn cache_control(stream: &Stream, now_ms: u64) -> String {
+    let remaining = stream
+        .expires_at_ms
+        .map(|at| at.saturating_sub(now_ms) / 1000)
+        .into_iter()
+        .chain(stream.ttl_secs)
+        .min();
+    match remaining {
+        Some(secs) if secs < 60 => format!("public, max-age={secs}"),
+        _ => PUBLIC_CACHE.to_string(),
+    }
+}
+
+/// `offset=now` without `live`: no data, the tail, up to date (§6).
+fn now_reply(stream: &Stream, surface: Surface) -> Response {
+    let body = if stream.json && surface == Surface::V1 {
+        b"[]".to_vec()
+    } else {
+        Vec::new()
+    };
+    Response::new(200)
+        .header("content-type", body_content_type(stream, surface))
+        .header("stream-next-offset", offset::format(stream.tail()))
+        .header("stream-up-to-date", "true")
+        .header("cache-control", "no-store")
+        .header_if(stream.closed, "stream-closed", "true")
+        .with_body(body)
+}
+
+/// A long-poll's answer if it has one now: data (200), a closed stream at
+/// the tail (204), or the timeout (204). `None` means keep waiting.
+pub fn poll(
+    plan: &ReadPlan,
+    stream: &Stream,
+    now_ms: u64,
+    seed: u64,
+    timed_out: bool,
+) -> Option<Response> {
+    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
+    if plan.start < stream.tail() {
+        let (reply, _) = data_reply(stream, plan.surface, plan.start);
+        return Some(
+            reply
+                .header("stream-cursor", cursor)
+                .header("cache-control", PUBLIC_CACHE),
+        );
+    }
+    if !stream.closed && !timed_out {
+        return None;
+    }
+    Some(
+        Response::new(204)
+            .header("stream-next-offset", offset::format(stream.tail()))
+            .header("stream-up-to-date", "true")
+            .header("stream-cursor", cursor)
+            .header("cache-control", "no-store")
+            .header_if(stream.closed, "stream-closed", "true"),
+    )
+}
+
+/// HEAD (§5.4): metadata, never cached, `Stream-TTL` as configured.
+pub fn head(req: &Request, table: &Table) -> Response {
+    let Some(stream) = table.get(req.key) else {
+        return not_found("stream not found");
+    };
+    let tail = stream.tail();
+    let mut reply = Response::new(200)
+        .header("content-type", stream.content_type.clone())
+        .header("stream-next-offset", offset::format(tail))
+        .header("cache-control", "no-store")
+        .header("etag", etag(stream, 0, tail, stream.closed))
+        .header_if(stream.closed, "stream-closed", "true");
+    if let Some(ttl) = stream.ttl_secs {
+        reply = reply.header("stream-ttl", ttl.to_string());
+    }
+    if let Some(at) = &stream.expires_at {
+        reply = reply.header("stream-expires-at", at.clone());
+    }
+    reply
+}
+
+/// Response head of an SSE read (§5.7).
+pub fn sse_head(stream: &Stream, surface: Surface) -> Response {
+    sse::head(stream, surface)
+}

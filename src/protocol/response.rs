@@ -1,0 +1,60 @@
+//! Typed responses produced by the protocol layer; `http::render` turns them
+//! into bytes. Error bodies are JSON: `{"error":{"code":..,"message":..}}`.
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn new(status: u16) -> Self {
+        Response {
+            status,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    pub fn header_if(self, cond: bool, name: &'static str, value: &str) -> Self {
+        if cond { self.header(name, value) } else { self }
+    }
+
+    pub fn with_body(mut self, body: Vec<u8>) -> Self {
+        self.body = body;
+        self
+    }
+
+    /// An error with the status the spec names and a JSON body.
+    pub fn error(status: u16, code: &str, message: &str) -> Self {
+        let body = serde_json::json!({ "error": { "code": code, "message": message } });
+        Response::new(status)
+            .header("content-type", "application/json")
+            .with_body(body.to_string().into_bytes())
+    }
+
+    pub fn get_header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub fn bad_request(message: &str) -> Response {
+    Response::error(400, "bad_request", message)
+}
+
+pub fn not_found(message: &str) -> Response {
+    Response::error(404, "not_found", message)
+}
+
+pub fn conflict(code: &str, message: &str) -> Response {
+    Response::error(409, code, message)
+}

@@ -1,0 +1,197 @@
+//! Routing (DESIGN.md "URL surfaces"): maps a request path to its target and
+//! the key that decides which shard owns it. `/v1/stream/{path}` speaks the
+//! upstream dialect; `/{bucket_id}/{stream_id}` the extensions' dialect.
+
+use crate::http::parse::percent_decode;
+
+/// Longest accepted `/v1/stream/` path, in bytes after decoding.
+pub const MAX_V1_PATH_BYTES: usize = 1024;
+/// extensions §1.1: the combined `{bucket_id}/{stream_id}` key limit.
+pub const MAX_BUCKET_KEY_BYTES: usize = 122;
+/// Prefix of the stream keys of the `/v1/stream/` surface. A bucket key never
+/// starts with `/`, so the two key spaces cannot collide.
+pub const V1_PREFIX: &str = "/v1/stream/";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// Upstream PROTOCOL.md dialect: JSON reads are one JSON array.
+    V1,
+    /// The extensions' base dialect: JSON reads are NDJSON.
+    Bucket,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    Stream {
+        surface: Surface,
+        key: String,
+        bucket: Option<String>,
+    },
+    /// A stream sub-resource of the extensions not served yet.
+    StreamExtension {
+        bucket: String,
+        key: String,
+        resource: String,
+    },
+    Bucket {
+        bucket: String,
+    },
+    BucketStreams {
+        bucket: String,
+    },
+    Health,
+    NotFound,
+    Invalid(&'static str),
+}
+
+impl Target {
+    /// The key whose owner shard serves this target, if it has one.
+    pub fn placement_key(&self) -> Option<&str> {
+        match self {
+            Target::Stream { key, .. } | Target::StreamExtension { key, .. } => Some(key),
+            Target::Bucket { bucket } => Some(bucket),
+            _ => None,
+        }
+    }
+}
+
+/// extensions §1.1: `^[a-z0-9_-]{4,64}$`.
+pub fn is_valid_bucket_id(id: &str) -> bool {
+    (4..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// extensions §1.1: any UTF-8 up to 122 bytes without `/`, NUL or `..`.
+pub fn is_valid_stream_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_BUCKET_KEY_BYTES
+        && !id.contains('/')
+        && !id.contains('\0')
+        && !id.contains("..")
+}
+
+pub fn route(raw_path: &str) -> Target {
+    if let Some(rest) = raw_path.strip_prefix(V1_PREFIX) {
+        return route_v1_stream(rest);
+    }
+    if raw_path.starts_with("/v1/") || raw_path == "/v1" {
+        return match raw_path {
+            "/v1/health" | "/v1/health/live" | "/v1/health/ready" => Target::Health,
+            _ => Target::NotFound,
+        };
+    }
+    let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
+    match segments.as_slice() {
+        [""] => Target::NotFound,
+        [bucket] => bucket_target(bucket, |b| Target::Bucket { bucket: b }),
+        [bucket, "streams"] => bucket_target(bucket, |b| Target::BucketStreams { bucket: b }),
+        [bucket, stream] => bucket_stream(bucket, stream, None),
+        [bucket, stream, resource] => bucket_stream(bucket, stream, Some(resource)),
+        _ => Target::NotFound,
+    }
+}
+
+fn route_v1_stream(rest: &str) -> Target {
+    let Ok(path) = percent_decode(rest) else {
+        return Target::Invalid("stream path is not valid percent-encoded UTF-8");
+    };
+    if path.is_empty() {
+        return Target::NotFound;
+    }
+    if path.len() > MAX_V1_PATH_BYTES || path.contains('\0') {
+        return Target::Invalid("stream path is too long or contains NUL");
+    }
+    let key = format!("{V1_PREFIX}{path}");
+    Target::Stream {
+        surface: Surface::V1,
+        key,
+        bucket: None,
+    }
+}
+
+fn bucket_target(raw: &str, make: impl Fn(String) -> Target) -> Target {
+    match percent_decode(raw) {
+        Ok(bucket) if is_valid_bucket_id(&bucket) => make(bucket),
+        _ => Target::Invalid("bucket_id must match ^[a-z0-9_-]{4,64}$"),
+    }
+}
+
+fn bucket_stream(raw_bucket: &str, raw_stream: &str, resource: Option<&str>) -> Target {
+    let Ok(bucket) = percent_decode(raw_bucket) else {
+        return Target::Invalid("bucket_id is not valid percent-encoding");
+    };
+    if !is_valid_bucket_id(&bucket) {
+        return Target::Invalid("bucket_id must match ^[a-z0-9_-]{4,64}$");
+    }
+    let Ok(stream) = percent_decode(raw_stream) else {
+        return Target::Invalid("stream_id is not valid percent-encoded UTF-8");
+    };
+    let key = format!("{bucket}/{stream}");
+    if !is_valid_stream_id(&stream) || key.len() > MAX_BUCKET_KEY_BYTES {
+        return Target::Invalid("stream_id is invalid or the bucket/stream key exceeds 122 bytes");
+    }
+    match resource {
+        None => Target::Stream {
+            surface: Surface::Bucket,
+            key,
+            bucket: Some(bucket),
+        },
+        Some(resource) => Target::StreamExtension {
+            bucket,
+            key,
+            resource: resource.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_paths_may_contain_slashes() {
+        assert_eq!(
+            route("/v1/stream/a/b%20c"),
+            Target::Stream {
+                surface: Surface::V1,
+                key: "/v1/stream/a/b c".into(),
+                bucket: None
+            }
+        );
+        assert!(matches!(route("/v1/stream/%FF"), Target::Invalid(_)));
+        assert_eq!(route("/v1/stream/"), Target::NotFound);
+    }
+
+    #[test]
+    fn bucket_surface() {
+        assert_eq!(
+            route("/agents"),
+            Target::Bucket {
+                bucket: "agents".into()
+            }
+        );
+        assert_eq!(
+            route("/agents/streams"),
+            Target::BucketStreams {
+                bucket: "agents".into()
+            }
+        );
+        assert!(matches!(route("/Agents/x"), Target::Invalid(_)));
+        assert!(matches!(route("/abc/x"), Target::Invalid(_)));
+        assert!(matches!(route("/agents/a%2Fb"), Target::Invalid(_)));
+        assert!(matches!(route("/agents/a..b"), Target::Invalid(_)));
+        let long = "x".repeat(118);
+        assert!(matches!(
+            route(&format!("/agents/{long}")),
+            Target::Invalid(_)
+        ));
+        let fits = "x".repeat(115);
+        assert!(matches!(
+            route(&format!("/agents/{fits}")),
+            Target::Stream { .. }
+        ));
+        assert_eq!(route("/v1/health"), Target::Health);
+    }
+}

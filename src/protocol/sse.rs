@@ -1,0 +1,190 @@
+//! SSE reads (PROTOCOL.md §5.7, extensions §7): event framing, data/control
+//! pairing, base64 for non-text streams, closure and the reconnect cycle.
+//!
+//! Wire shape: `event: data\ndata:<line>\n...\n\n` then
+//! `event: control\ndata:{...}\n\n`. Every data event is followed by a
+//! control event; only the last control of a batch says `upToDate`, and the
+//! final one of a closed stream says `streamClosed` without a cursor.
+
+use base64::Engine;
+
+use super::read::{ReadPlan, range_end, render_body};
+use super::response::Response;
+use super::{Surface, content_type, cursor, offset};
+use crate::stream::Stream;
+
+/// Largest data event; bigger backlogs go out as several events.
+pub const MAX_EVENT_BYTES: u64 = 256 << 10;
+
+/// Where an SSE response stands between steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SseCursor {
+    pub plan: ReadPlan,
+    /// Next byte position to send.
+    pub next: u64,
+    /// Whether any control event went out yet.
+    pub announced: bool,
+}
+
+/// What to write next, and whether the response ends after it.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SseStep {
+    pub bytes: Vec<u8>,
+    pub done: bool,
+}
+
+pub fn head(stream: &Stream, surface: Surface) -> Response {
+    let ndjson = stream.json && surface == Surface::Bucket;
+    Response::new(200)
+        .header("content-type", "text/event-stream")
+        .header("cache-control", "no-cache")
+        .header_if(
+            !content_type::is_sse_text(&stream.content_type),
+            "stream-sse-data-encoding",
+            "base64",
+        )
+        .header_if(ndjson, "stream-data-content-type", "application/x-ndjson")
+}
+
+impl SseCursor {
+    pub fn new(plan: ReadPlan) -> Self {
+        let next = plan.start;
+        SseCursor {
+            plan,
+            next,
+            announced: false,
+        }
+    }
+
+    /// Renders everything available, or the closing or keep-alive control.
+    /// `stream` is `None` once the stream was deleted: the response ends.
+    pub fn step(
+        &mut self,
+        stream: Option<&Stream>,
+        now_ms: u64,
+        seed: u64,
+        timed_out: bool,
+    ) -> SseStep {
+        let Some(stream) = stream else {
+            return SseStep {
+                bytes: Vec::new(),
+                done: true,
+            };
+        };
+        let mut out = Vec::new();
+        while self.next < stream.tail() {
+            let end = range_end(stream, self.next, MAX_EVENT_BYTES);
+            write_data_event(&mut out, stream, self.plan.surface, self.next, end);
+            self.next = end;
+            if end == stream.tail() && stream.closed {
+                write_closed(&mut out, end);
+                return SseStep {
+                    bytes: out,
+                    done: true,
+                };
+            }
+            let up_to_date = end == stream.tail();
+            self.write_control(&mut out, end, up_to_date, now_ms, seed);
+        }
+        if stream.closed {
+            write_closed(&mut out, self.next);
+            return SseStep {
+                bytes: out,
+                done: true,
+            };
+        }
+        if out.is_empty() && (!self.announced || timed_out) {
+            self.write_control(&mut out, self.next, true, now_ms, seed);
+        }
+        SseStep {
+            bytes: out,
+            done: false,
+        }
+    }
+
+    fn write_control(
+        &mut self,
+        out: &mut Vec<u8>,
+        at: u64,
+        up_to_date: bool,
+        now_ms: u64,
+        seed: u64,
+    ) {
+        self.announced = true;
+        let cursor = cursor::next_cursor(self.plan.cursor.as_deref(), now_ms, seed);
+        let up = if up_to_date { ",\"upToDate\":true" } else { "" };
+        let json = format!(
+            "{{\"streamNextOffset\":\"{}\",\"streamCursor\":\"{cursor}\"{up}}}",
+            offset::format(at)
+        );
+        write_event(out, "control", json.as_bytes());
+    }
+}
+
+fn write_closed(out: &mut Vec<u8>, at: u64) {
+    let json = format!(
+        "{{\"streamNextOffset\":\"{}\",\"streamClosed\":true}}",
+        offset::format(at)
+    );
+    write_event(out, "control", json.as_bytes());
+}
+
+fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, start: u64, end: u64) {
+    if !content_type::is_sse_text(&stream.content_type) {
+        let raw = &stream.data[start as usize..end as usize];
+        let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+        write_event(out, "data", encoded.as_bytes());
+        return;
+    }
+    let mut body = render_body(stream, surface, start, end);
+    if stream.json && surface == Surface::Bucket && body.last() == Some(&b'\n') {
+        body.pop();
+    }
+    write_event(out, "data", &body);
+}
+
+/// One event; the payload is split on CR, LF and CRLF so that no payload
+/// byte can end the event or forge another one.
+pub fn write_event(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
+    out.extend_from_slice(b"event: ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b'\n');
+    let mut rest = payload;
+    loop {
+        let cut = memchr::memchr2(b'\r', b'\n', rest);
+        let line = &rest[..cut.unwrap_or(rest.len())];
+        out.extend_from_slice(b"data:");
+        out.extend_from_slice(line);
+        out.push(b'\n');
+        let Some(at) = cut else { break };
+        let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') {
+            2
+        } else {
+            1
+        };
+        rest = &rest[at + skip..];
+    }
+    out.push(b'\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_lines_cannot_forge_events() {
+        let mut out = Vec::new();
+        write_event(&mut out, "data", b"a\r\n\r\nevent: control\rb\nc");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "event: data\ndata:a\ndata:\ndata:event: control\ndata:b\ndata:c\n\n"
+        );
+    }
+
+    #[test]
+    fn empty_payload_is_one_empty_line() {
+        let mut out = Vec::new();
+        write_event(&mut out, "control", b"{}");
+        assert_eq!(out, b"event: control\ndata:{}\n\n");
+    }
+}

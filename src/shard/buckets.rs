@@ -1,0 +1,132 @@
+//! Bucket endpoints (extensions §1) on the bucket's owner shard, which
+//! serializes changes and replicates the registry to every shard through the
+//! mesh before answering; listings are scatter-gather.
+
+use std::rc::Rc;
+
+use super::Shard;
+use super::mesh::MeshMsg;
+use crate::clock;
+use crate::http::parse::{Method, RequestHead};
+use crate::protocol::buckets::{self, StreamSummary};
+use crate::protocol::response::{Response, conflict, not_found};
+
+/// Applies replicated registry changes and answers scans (any shard).
+pub fn handle_mesh(shard: &Shard, msg: MeshMsg) {
+    match msg {
+        MeshMsg::BucketCreated {
+            bucket,
+            created_at_ms,
+            ack,
+        } => {
+            shard.buckets.borrow_mut().insert(bucket, created_at_ms);
+            let _ = ack.send(());
+        }
+        MeshMsg::BucketDeleted { bucket, ack } => {
+            shard.buckets.borrow_mut().remove(&bucket);
+            let _ = ack.send(());
+        }
+        MeshMsg::ScanBucket {
+            bucket,
+            prefix,
+            reply,
+        } => {
+            let _ = reply.send(scan(shard, &bucket, &prefix));
+        }
+        MeshMsg::Handoff { .. } | MeshMsg::Shutdown => unreachable!("handled by the inbox loop"),
+    }
+}
+
+fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
+    let key_prefix = format!("{bucket}/{prefix}");
+    let now_ms = clock::now_ms();
+    let table = shard.table.borrow();
+    table
+        .keys_with_prefix(&key_prefix)
+        .filter(|(_, stream)| !stream.is_expired(now_ms))
+        .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
+        .collect()
+}
+
+async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
+    let replies = shard
+        .mesh
+        .gather(|reply| MeshMsg::ScanBucket {
+            bucket: bucket.to_string(),
+            prefix: prefix.to_string(),
+            reply,
+        })
+        .await;
+    replies.into_iter().flatten().collect()
+}
+
+/// PUT, GET and DELETE on `/{bucket_id}`.
+pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
+    let existing = shard.buckets.borrow().get(bucket).copied();
+    match (head.method, existing) {
+        (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
+        (Method::Put, None) => {
+            let created_at_ms = clock::now_ms();
+            // Registered here first so a concurrent PUT of the same id sees it.
+            shard
+                .buckets
+                .borrow_mut()
+                .insert(bucket.to_string(), created_at_ms);
+            let make = |ack| MeshMsg::BucketCreated {
+                bucket: bucket.to_string(),
+                created_at_ms,
+                ack,
+            };
+            shard.mesh.gather(make).await;
+            buckets::json_reply(
+                201,
+                &serde_json::json!({ "bucket_id": bucket, "created_at_ms": created_at_ms }),
+            )
+        }
+        (Method::Get | Method::Head, Some(created_at_ms)) => {
+            let count = gather_streams(shard, bucket, "").await.len();
+            buckets::bucket_metadata(bucket, created_at_ms, count)
+        }
+        (Method::Delete, Some(_)) => {
+            if !gather_streams(shard, bucket, "").await.is_empty() {
+                return conflict("bucket_not_empty", "bucket still has streams");
+            }
+            shard
+                .mesh
+                .gather(|ack| MeshMsg::BucketDeleted {
+                    bucket: bucket.to_string(),
+                    ack,
+                })
+                .await;
+            Response::new(204)
+        }
+        (Method::Get | Method::Head | Method::Delete, None) => not_found("bucket not found"),
+        _ => Response::error(
+            405,
+            "method_not_allowed",
+            "use PUT, GET or DELETE on a bucket",
+        )
+        .header("allow", "GET, HEAD, PUT, DELETE, OPTIONS"),
+    }
+}
+
+/// GET `/{bucket_id}/streams` (extensions §1.4).
+pub async fn list_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
+    if !matches!(head.method, Method::Get | Method::Head) {
+        return Response::error(
+            405,
+            "method_not_allowed",
+            "`streams` is reserved for the bucket listing",
+        )
+        .header("allow", "GET, HEAD, OPTIONS");
+    }
+    let query = match buckets::list_query(head) {
+        Ok(query) => query,
+        Err(reply) => return reply,
+    };
+    if !shard.buckets.borrow().contains_key(bucket) {
+        return not_found("bucket not found");
+    }
+    let all = gather_streams(shard, bucket, &query.prefix).await;
+    buckets::list_page(bucket, &query, all)
+}

@@ -1,0 +1,214 @@
+//! One HTTP/1.1 connection on its shard: read a head (with limits and
+//! timeouts), hand the connection to the owning shard when the request
+//! addresses another shard's stream, read the body (Content-Length or
+//! chunked, answering `Expect: 100-continue`), dispatch, repeat.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use monoio::buf::IoBufMut;
+use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::net::TcpStream;
+
+use super::mesh::MeshMsg;
+use super::{Shard, dispatch, placement};
+use crate::http::chunked::ChunkedDecoder;
+use crate::http::parse::{BodyKind, HttpError, Limits, Method, RequestHead, parse_head};
+use crate::http::render::{self, Framing};
+use crate::protocol::{Response, router};
+
+const READ_CHUNK: usize = 16 << 10;
+
+enum Fill {
+    Data,
+    Eof,
+    Timeout,
+}
+
+/// Reads more bytes onto the end of `buf`.
+async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> Fill {
+    let mut owned = std::mem::take(buf);
+    if owned.capacity() - owned.len() < READ_CHUNK / 2 {
+        owned.reserve(READ_CHUNK);
+    }
+    let (len, cap) = (owned.len(), owned.capacity());
+    match monoio::time::timeout(timeout, socket.read(owned.slice_mut(len..cap))).await {
+        Ok((result, slice)) => {
+            *buf = slice.into_inner();
+            match result {
+                Ok(0) | Err(_) => Fill::Eof,
+                Ok(_) => Fill::Data,
+            }
+        }
+        Err(_) => Fill::Timeout,
+    }
+}
+
+pub async fn write_bytes(socket: &mut TcpStream, bytes: Vec<u8>) -> bool {
+    let (result, _) = socket.write_all(bytes).await;
+    result.is_ok()
+}
+
+/// Writes a whole response; returns whether the connection stays usable.
+pub async fn respond(
+    socket: &mut TcpStream,
+    resp: &Response,
+    keep_alive: bool,
+    head_request: bool,
+) -> bool {
+    let mut out = Vec::with_capacity(512 + resp.body.len());
+    render::encode(resp, Framing::Length, keep_alive, head_request, &mut out);
+    write_bytes(socket, out).await && keep_alive
+}
+
+fn http_error(e: &HttpError) -> Response {
+    Response::error(e.status(), e.code(), &e.message())
+}
+
+enum HeadRead {
+    Head(RequestHead),
+    Closed,
+    Fail(Response),
+}
+
+async fn read_head(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    limits: &Limits,
+    idle: Duration,
+) -> HeadRead {
+    loop {
+        match parse_head(buf, limits) {
+            Ok(Some(head)) => return HeadRead::Head(head),
+            Ok(None) => {}
+            Err(e) => return HeadRead::Fail(http_error(&e)),
+        }
+        match fill(socket, buf, idle).await {
+            Fill::Data => {}
+            Fill::Eof => return HeadRead::Closed,
+            Fill::Timeout if buf.is_empty() => return HeadRead::Closed,
+            Fill::Timeout => {
+                return HeadRead::Fail(Response::error(
+                    408,
+                    "request_timeout",
+                    "request head not received in time",
+                ));
+            }
+        }
+    }
+}
+
+async fn read_body(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    head: &RequestHead,
+    limits: &Limits,
+    idle: Duration,
+) -> Result<Vec<u8>, Response> {
+    let expects_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
+    if head.expect_continue
+        && expects_body
+        && buf.is_empty()
+        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
+    {
+        return Err(Response::error(400, "disconnected", "client went away"));
+    }
+    match head.body {
+        BodyKind::None => Ok(Vec::new()),
+        BodyKind::Length(len) => {
+            let len = len as usize;
+            while buf.len() < len {
+                stalled(fill(socket, buf, idle).await)?;
+            }
+            let rest = buf.split_off(len);
+            Ok(std::mem::replace(buf, rest))
+        }
+        BodyKind::Chunked => {
+            let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
+            let mut body = Vec::new();
+            loop {
+                let used = decoder.decode(buf, &mut body).map_err(|e| http_error(&e))?;
+                buf.drain(..used);
+                if decoder.is_done() {
+                    return Ok(body);
+                }
+                stalled(fill(socket, buf, idle).await)?;
+            }
+        }
+    }
+}
+
+fn stalled(fill: Fill) -> Result<(), Response> {
+    match fill {
+        Fill::Data => Ok(()),
+        Fill::Eof => Err(Response::error(
+            400,
+            "truncated_body",
+            "connection closed inside the body",
+        )),
+        Fill::Timeout => Err(Response::error(
+            408,
+            "request_timeout",
+            "request body not received in time",
+        )),
+    }
+}
+
+/// Serves requests on `socket` until it closes, errs, or moves to another shard.
+pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>) {
+    let limits = shard.config.http_limits();
+    let idle = Duration::from_millis(shard.config.idle_timeout_ms);
+    loop {
+        let head = match read_head(&mut socket, &mut buf, &limits, idle).await {
+            HeadRead::Head(head) => head,
+            HeadRead::Closed => return,
+            HeadRead::Fail(resp) => {
+                respond(&mut socket, &resp, false, false).await;
+                return;
+            }
+        };
+        let target = router::route(&head.raw_path);
+        if let Some(owner) = other_owner(&shard, &head, &target) {
+            return hand_off(&shard, socket, buf, owner);
+        }
+        buf.drain(..head.head_len);
+        let body = match read_body(&mut socket, &mut buf, &head, &limits, idle).await {
+            Ok(body) => body,
+            Err(resp) => {
+                respond(&mut socket, &resp, false, false).await;
+                return;
+            }
+        };
+        if !dispatch::handle(&shard, &mut socket, &head, body, target).await {
+            return;
+        }
+    }
+}
+
+/// The shard that owns the request's target, when it is not this one.
+fn other_owner(shard: &Shard, head: &RequestHead, target: &router::Target) -> Option<usize> {
+    if head.method == Method::Options {
+        return None;
+    }
+    let owner = placement::shard_of(target.placement_key()?, shard.shards());
+    (owner != shard.index).then_some(owner)
+}
+
+/// Moves the connection (socket plus unconsumed bytes, head included) to
+/// `owner`, which parses the request again and continues the connection.
+fn hand_off(shard: &Shard, socket: TcpStream, buffered: Vec<u8>, owner: usize) {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let fd = socket.into_raw_fd();
+    // SAFETY: `into_raw_fd` gave up monoio's ownership of this open socket
+    // (no operation was in flight), so the std stream becomes its one owner.
+    let socket = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    if !shard
+        .mesh
+        .send(owner, MeshMsg::Handoff { socket, buffered })
+    {
+        eprintln!(
+            "rill: shard {}: handoff to shard {owner} failed",
+            shard.index
+        );
+    }
+}

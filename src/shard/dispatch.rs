@@ -1,0 +1,114 @@
+//! Executes one request on the shard that owns it: runs the protocol's
+//! decision, applies committed commands, writes the reply or hands the
+//! connection to a live read.
+
+use std::rc::Rc;
+
+use monoio::net::TcpStream;
+
+use super::conn::respond;
+use super::{Shard, buckets, live};
+use crate::clock;
+use crate::http::parse::{Method, RequestHead};
+use crate::http::render;
+use crate::protocol::read::LiveMode;
+use crate::protocol::response::{bad_request, not_found};
+use crate::protocol::{self, Action, Request, Response, Surface, Target};
+
+/// Handles one request; returns whether the connection stays open.
+pub async fn handle(
+    shard: &Rc<Shard>,
+    socket: &mut TcpStream,
+    head: &RequestHead,
+    body: Vec<u8>,
+    target: Target,
+) -> bool {
+    let keep = head.keep_alive && !shard.stopping.get();
+    let is_head = head.method == Method::Head;
+    if head.method == Method::Options {
+        return respond(socket, &render::preflight(), keep, false).await;
+    }
+    let reply = match target {
+        Target::Stream {
+            surface,
+            key,
+            bucket,
+        } => {
+            let stream = StreamRequest {
+                head,
+                body: &body,
+                surface,
+                key: &key,
+                bucket: bucket.as_deref(),
+            };
+            return stream_request(shard, socket, stream, keep).await;
+        }
+        Target::StreamExtension { resource, .. } => Response::error(
+            404,
+            "extension_unavailable",
+            &format!("the {resource} sub-resource is not available on this server yet"),
+        ),
+        Target::Bucket { bucket } => buckets::bucket_request(shard, head, &bucket).await,
+        Target::BucketStreams { bucket } => buckets::list_request(shard, head, &bucket).await,
+        Target::Health => Response::new(200)
+            .header("content-type", "application/json")
+            .header("cache-control", "no-store")
+            .with_body(br#"{"status":"ok"}"#.to_vec()),
+        Target::NotFound => not_found("no such resource"),
+        Target::Invalid(message) => bad_request(message),
+    };
+    respond(socket, &reply, keep, is_head).await
+}
+
+struct StreamRequest<'a> {
+    head: &'a RequestHead,
+    body: &'a [u8],
+    surface: Surface,
+    key: &'a str,
+    bucket: Option<&'a str>,
+}
+
+async fn stream_request(
+    shard: &Rc<Shard>,
+    socket: &mut TcpStream,
+    sr: StreamRequest<'_>,
+    keep: bool,
+) -> bool {
+    let is_head = sr.head.method == Method::Head;
+    if let Some(bucket) = sr.bucket
+        && !shard.buckets.borrow().contains_key(bucket)
+    {
+        return respond(socket, &not_found("bucket not found"), keep, is_head).await;
+    }
+    let now_ms = clock::now_ms();
+    let expired = protocol::reap_expired(&shard.table.borrow(), sr.key, now_ms);
+    if let Some(command) = expired {
+        shard.apply(command);
+    }
+    let req = Request {
+        head: sr.head,
+        body: sr.body,
+        surface: sr.surface,
+        key: sr.key,
+        now_ms,
+        jitter_seed: shard.next_random(),
+    };
+    let action = protocol::decide_stream(&req, &shard.table.borrow());
+    if matches!(sr.head.method, Method::Get | Method::Post) {
+        shard.table.borrow_mut().touch(sr.key, now_ms);
+    }
+    match action {
+        Action::Reply(reply) => respond(socket, &reply, keep, is_head).await,
+        Action::Commit { commands, reply } => {
+            for command in commands {
+                shard.apply(command);
+            }
+            respond(socket, &reply, keep, is_head).await
+        }
+        Action::Read(plan) => match plan.mode {
+            LiveMode::LongPoll => live::long_poll(shard, socket, plan, keep).await,
+            LiveMode::Sse => live::sse(shard, socket, plan, keep).await,
+            LiveMode::CatchUp => unreachable!("catch-up reads are answered at once"),
+        },
+    }
+}

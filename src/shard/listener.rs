@@ -1,0 +1,124 @@
+//! Shard threads: CPU pinning, one io_uring runtime and one SO_REUSEPORT
+//! listener per shard, the accept loop and the mesh inbox loop.
+
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use socket2::{Domain, Protocol, Socket, Type};
+
+use super::mesh::{Mesh, MeshMsg};
+use super::{Shard, buckets, conn};
+use crate::config::Config;
+
+/// Binds one SO_REUSEPORT listener per shard on the same address. Port 0 is
+/// resolved by the first bind so every shard shares the port.
+pub fn bind_all(addr: SocketAddr, shards: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let first = bind_one(addr)?;
+    let actual = first.local_addr()?;
+    let mut listeners = vec![first];
+    for _ in 1..shards {
+        listeners.push(bind_one(actual)?);
+    }
+    Ok(listeners)
+}
+
+fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// Pins the calling thread to the `index`-th CPU it may run on.
+fn pin_to_cpu(index: usize) {
+    // SAFETY: cpu_set_t is plain data; zeroed is its empty value, and the
+    // CPU_* helpers only touch the set we own on this stack frame.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 {
+            return;
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &allowed))
+            .collect();
+        if cpus.is_empty() {
+            return;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpus[index % cpus.len()], &mut set);
+        if libc::sched_setaffinity(0, size, &set) != 0 {
+            eprintln!(
+                "rill: shard {index}: could not pin to a CPU: {}",
+                io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+pub fn run_shard(
+    index: usize,
+    config: Arc<Config>,
+    mesh: Mesh,
+    listener: std::net::TcpListener,
+    inbox: flume::Receiver<MeshMsg>,
+) {
+    pin_to_cpu(index);
+    let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .with_entries(1024)
+        .enable_timer()
+        .build()
+        .unwrap_or_else(|e| panic!("shard {index}: cannot start io_uring runtime: {e}"));
+    runtime.block_on(async move {
+        let shard = Rc::new(Shard::new(index, config, mesh));
+        monoio::spawn(inbox_loop(shard.clone(), inbox));
+        match monoio::net::TcpListener::from_std(listener) {
+            Ok(listener) => accept_loop(shard, listener).await,
+            Err(e) => eprintln!("rill: shard {index}: listener: {e}"),
+        }
+    });
+}
+
+async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
+    while !shard.stopping.get() {
+        let seen = shard.stop.generation();
+        monoio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _peer)) => {
+                    let _ = socket.set_nodelay(true);
+                    monoio::spawn(conn::serve(shard.clone(), socket, Vec::new()));
+                }
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    eprintln!("rill: shard {}: accept: {e}", shard.index);
+                    monoio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            },
+            _ = shard.stop.changed(seen) => break,
+        }
+    }
+}
+
+async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<MeshMsg>) {
+    while let Ok(msg) = inbox.recv_async().await {
+        match msg {
+            MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
+            {
+                Ok(socket) => {
+                    monoio::spawn(conn::serve(shard.clone(), socket, buffered));
+                }
+                Err(e) => eprintln!("rill: shard {}: handoff: {e}", shard.index),
+            },
+            MeshMsg::Shutdown => {
+                shard.begin_stop();
+                break;
+            }
+            other => buckets::handle_mesh(&shard, other),
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Commands: the only way stream state changes. Each is decided by `protocol`,
+//! committed by the shard, then applied by `Table::apply`.
+
+/// Idempotent-producer coordinates carried inside the write they guard
+/// (PROTOCOL.md §5.2.1), so data and dedup state change together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProducerWrite {
+    pub id: String,
+    pub epoch: u64,
+    pub seq: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// PUT: create a stream, optionally with initial data and closed.
+    Create {
+        key: String,
+        content_type: String,
+        ttl_secs: Option<u64>,
+        expires_at: Option<String>,
+        expires_at_ms: Option<u64>,
+        closed: bool,
+        /// Canonical bytes (JSON streams: one normalized message per line).
+        data: Vec<u8>,
+        now_ms: u64,
+    },
+    /// POST with a body: append canonical bytes, optionally closing.
+    Append {
+        key: String,
+        data: Vec<u8>,
+        producer: Option<ProducerWrite>,
+        stream_seq: Option<String>,
+        close: bool,
+        now_ms: u64,
+    },
+    /// POST `Stream-Closed: true` with an empty body.
+    Close {
+        key: String,
+        producer: Option<ProducerWrite>,
+        now_ms: u64,
+    },
+    /// DELETE, or expiry reaped on access.
+    Delete { key: String },
+}
+
+impl Command {
+    pub fn key(&self) -> &str {
+        match self {
+            Command::Create { key, .. }
+            | Command::Append { key, .. }
+            | Command::Close { key, .. }
+            | Command::Delete { key } => key,
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Stream state machine: per-stream state, the commands that change it, and the
+//! per-shard table that applies them. Deterministic and free of I/O: the shard
+//! applies a command only once it is committed, and recovery replays the same
+//! commands through the same `Table::apply` (DESIGN.md "Layers").
+
+pub mod command;
+pub mod state;
+pub mod table;
+
+pub use command::{Command, ProducerWrite};
+pub use state::{ProducerState, Stream};
+pub use table::{Applied, Table};

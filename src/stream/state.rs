@@ -1,0 +1,69 @@
+//! The state of one stream: configuration, data and message boundaries (the
+//! in-memory tail; the durability issue moves older data to segments), closure
+//! and producer dedup state (PROTOCOL.md §4, §5.2.1).
+
+use std::collections::HashMap;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerState {
+    pub epoch: u64,
+    pub last_seq: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stream {
+    /// Unique per incarnation of a key: a re-created stream gets a new id, so
+    /// its ETags never match the old one's.
+    pub id: u64,
+    pub content_type: String,
+    /// `application/json` streams keep one normalized message per line.
+    pub json: bool,
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<String>,
+    pub expires_at_ms: Option<u64>,
+    pub created_at_ms: u64,
+    /// Last read or write: `Stream-TTL` is a sliding idle window.
+    pub last_access_ms: u64,
+    pub last_write_ms: u64,
+    pub closed: bool,
+    /// The producer write that closed the stream, so its retry is a duplicate.
+    pub closed_by: Option<(String, u64, u64)>,
+    pub data: Vec<u8>,
+    /// End offset of every message, ascending; the last equals `data.len()`.
+    pub message_ends: Vec<u64>,
+    pub stream_seq: Option<String>,
+    pub producers: HashMap<String, ProducerState>,
+}
+
+impl Stream {
+    pub fn tail(&self) -> u64 {
+        self.data.len() as u64
+    }
+
+    /// Whether the stream has expired at `now_ms` (absolute expiry, or the
+    /// TTL idle window since the last access).
+    pub fn is_expired(&self, now_ms: u64) -> bool {
+        let absolute = self.expires_at_ms.is_some_and(|at| now_ms >= at);
+        let idle = self
+            .ttl_secs
+            .is_some_and(|ttl| now_ms >= self.last_access_ms.saturating_add(ttl * 1000));
+        absolute || idle
+    }
+
+    /// Whether `offset` falls on a message boundary (or the start).
+    pub fn is_boundary(&self, offset: u64) -> bool {
+        offset == 0 || self.message_ends.binary_search(&offset).is_ok()
+    }
+
+    /// Index of the first message ending after `offset`.
+    pub fn first_message_after(&self, offset: u64) -> usize {
+        self.message_ends.partition_point(|&end| end <= offset)
+    }
+
+    /// Remaining seconds of the TTL window (rounded up), for HEAD.
+    pub fn ttl_remaining_secs(&self, now_ms: u64) -> Option<u64> {
+        let ttl = self.ttl_secs?;
+        let deadline = self.last_access_ms.saturating_add(ttl * 1000);
+        Some(deadline.saturating_sub(now_ms).div_ceil(1000))
+    }
+}
