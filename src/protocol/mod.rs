@@ -16,6 +16,7 @@ pub mod read;
 pub mod response;
 pub mod router;
 pub mod sse;
+pub mod window;
 
 use crate::http::parse::{Method, RequestHead};
 use crate::stream::{Command, Table};
@@ -82,3 +83,6 @@ pub fn reap_expired(table: &Table, key: &str, now_ms: u64) -> Option<Command> {
         key: key.to_string(),
     })
 }
+
+#[cfg(test)]
+mod tests;

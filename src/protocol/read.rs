@@ -3,6 +3,7 @@
 //! rendering per surface dialect, ETag / If-None-Match, cursors.
 
 use super::response::{Response, bad_request, not_found};
+use super::window::window_end;
 use super::{Action, Request, Surface, cursor, json, offset, sse};
 use crate::protocol::offset::OffsetParam;
 use crate::stream::{Stream, Table};
@@ -28,6 +29,8 @@ pub struct ReadPlan {
     /// Byte position to read from (`now` and `-1` already resolved).
     pub start: u64,
     pub cursor: Option<String>,
+    /// `max_bytes` (bucketed surface): a smaller window than the default.
+    pub max_bytes: Option<u64>,
 }
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -53,6 +56,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         mode,
         start,
         cursor: req.head.query_param("cursor").map(str::to_string),
+        max_bytes: max_bytes(req)?,
     };
     match mode {
         LiveMode::Sse => Ok(Action::Read(plan)),
@@ -96,13 +100,37 @@ fn parse_params(req: &Request) -> Result<(OffsetParam, LiveMode), Response> {
     Ok((param.unwrap_or(OffsetParam::Start), mode))
 }
 
-/// A token must lie within the stream and, on JSON streams, on a message
-/// boundary (offsets of JSON streams address whole messages).
-fn validate_position(stream: &Stream, _surface: Surface, pos: u64) -> Result<u64, Response> {
+/// `max_bytes` on the bucketed surface (the extensions' base, §7.1): one
+/// positive integer. The v1 surface ignores it like any unknown parameter.
+fn max_bytes(req: &Request) -> Result<Option<u64>, Response> {
+    if req.surface != Surface::Bucket {
+        return Ok(None);
+    }
+    let values: Vec<&str> = req
+        .head
+        .query
+        .iter()
+        .filter(|(k, _)| k == "max_bytes")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    match values.as_slice() {
+        [] => Ok(None),
+        [one] if !one.starts_with('0') => one
+            .parse::<u64>()
+            .map(Some)
+            .map_err(|_| bad_request("max_bytes must be a positive integer")),
+        _ => Err(bad_request("max_bytes must be one positive integer")),
+    }
+}
+
+/// A token must lie within the stream; on v1 JSON streams also on a message
+/// boundary (they render whole messages). Bucketed reads may end, and so
+/// resume, inside a record.
+fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64, Response> {
     if pos > stream.tail() {
         return Err(bad_request("offset is beyond the tail of the stream"));
     }
-    if stream.json && !stream.is_boundary(pos) {
+    if stream.json && surface == Surface::V1 && !stream.is_boundary(pos) {
         return Err(bad_request("offset is not on a message boundary"));
     }
     Ok(pos)
@@ -115,22 +143,6 @@ pub fn body_content_type(stream: &Stream, surface: Surface) -> String {
     } else {
         stream.content_type.clone()
     }
-}
-
-/// The end of the range that starts at `start`: whole messages, at most
-/// `MAX_READ_BYTES` unless a single message is larger.
-pub fn range_end(stream: &Stream, start: u64, max_bytes: u64) -> u64 {
-    let tail = stream.tail();
-    let limit = start.saturating_add(max_bytes);
-    if tail <= limit {
-        return tail;
-    }
-    if !stream.json {
-        return limit;
-    }
-    let first = stream.first_message_after(start);
-    let within = stream.message_ends[first..].partition_point(|&end| end <= limit);
-    stream.message_ends[first + within.max(1) - 1]
 }
 
 /// The bytes of `[start, end)` in the surface's dialect.
@@ -151,8 +163,10 @@ fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
 }
 
 /// A 200 carrying `[start, end)` with the headers every read shares.
-fn data_reply(stream: &Stream, surface: Surface, start: u64) -> (Response, String) {
-    let end = range_end(stream, start, MAX_READ_BYTES);
+fn data_reply(stream: &Stream, plan: &ReadPlan) -> (Response, String) {
+    let (surface, start) = (plan.surface, plan.start);
+    let budget = plan.max_bytes.unwrap_or(MAX_READ_BYTES).min(MAX_READ_BYTES);
+    let end = window_end(stream, surface, start, budget);
     let at_tail = end == stream.tail();
     let closed_here = at_tail && stream.closed;
     let tag = etag(stream, start, end, closed_here);
@@ -167,7 +181,7 @@ fn data_reply(stream: &Stream, surface: Surface, start: u64) -> (Response, Strin
 }
 
 fn catch_up(req: &Request, stream: &Stream, plan: &ReadPlan) -> Response {
-    let (reply, tag) = data_reply(stream, plan.surface, plan.start);
+    let (reply, tag) = data_reply(stream, plan);
     if req.head.header("if-none-match") == Some(tag.as_str()) {
         return Response::new(304).header("etag", tag);
     }
@@ -220,7 +234,7 @@ pub fn poll(
 ) -> Option<Response> {
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
     if plan.start < stream.tail() {
-        let (reply, _) = data_reply(stream, plan.surface, plan.start);
+        let (reply, _) = data_reply(stream, plan);
         return Some(
             reply
                 .header("stream-cursor", cursor)

@@ -8,8 +8,9 @@
 
 use base64::Engine;
 
-use super::read::{ReadPlan, range_end, render_body};
+use super::read::{ReadPlan, render_body};
 use super::response::Response;
+use super::window::window_end;
 use super::{Surface, content_type, cursor, offset};
 use crate::stream::Stream;
 
@@ -73,7 +74,12 @@ impl SseCursor {
         };
         let mut out = Vec::new();
         while self.next < stream.tail() {
-            let end = range_end(stream, self.next, MAX_EVENT_BYTES);
+            let budget = self
+                .plan
+                .max_bytes
+                .unwrap_or(MAX_EVENT_BYTES)
+                .min(MAX_EVENT_BYTES);
+            let end = window_end(stream, self.plan.surface, self.next, budget);
             write_data_event(&mut out, stream, self.plan.surface, self.next, end);
             self.next = end;
             if end == stream.tail() && stream.closed {
@@ -136,11 +142,9 @@ fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, start:
         write_event(out, "data", encoded.as_bytes());
         return;
     }
-    let mut body = render_body(stream, surface, start, end);
-    if stream.json && surface == Surface::Bucket && body.last() == Some(&b'\n') {
-        body.pop();
-    }
-    write_event(out, "data", &body);
+    // NDJSON keeps its final newline (an empty last `data:` line), so that
+    // concatenated event payloads are exactly the stored bytes.
+    write_event(out, "data", &render_body(stream, surface, start, end));
 }
 
 /// One event; the payload is split on CR, LF and CRLF so that no payload

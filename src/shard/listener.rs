@@ -9,7 +9,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, conn};
+use super::{Shard, buckets, conn, guard};
 use crate::config::Config;
 
 /// Binds one SO_REUSEPORT listener per shard on the same address. Port 0 is
@@ -91,7 +91,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
                     let _ = socket.set_nodelay(true);
-                    monoio::spawn(conn::serve(shard.clone(), socket, Vec::new()));
+                    monoio::spawn(guard::contain(shard.index, conn::serve(shard.clone(), socket, Vec::new())));
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -110,7 +110,10 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<MeshMsg>) {
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
                 Ok(socket) => {
-                    monoio::spawn(conn::serve(shard.clone(), socket, buffered));
+                    monoio::spawn(guard::contain(
+                        shard.index,
+                        conn::serve(shard.clone(), socket, buffered),
+                    ));
                 }
                 Err(e) => eprintln!("rill: shard {}: handoff: {e}", shard.index),
             },

@@ -5,6 +5,7 @@
 pub mod buckets;
 pub mod conn;
 pub mod dispatch;
+pub mod guard;
 pub mod listener;
 pub mod live;
 pub mod mesh;

@@ -1,0 +1,402 @@
+//! Unit tests of the protocol decisions: requests in, actions out, applied
+//! to a table, with no socket, disk or clock.
+
+use super::read::LiveMode;
+use super::*;
+use crate::http::parse::{Limits, parse_head};
+
+const KEY: &str = "/v1/stream/t";
+const NOW: u64 = 1_800_000_000_000;
+
+struct Harness {
+    table: Table,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Harness {
+            table: Table::default(),
+        }
+    }
+
+    /// Runs a request through `decide_stream`; commits are applied.
+    fn run(
+        &mut self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        now_ms: u64,
+    ) -> Action {
+        let mut raw = format!("{method} {target} HTTP/1.1\r\nhost: h\r\n");
+        for (name, value) in headers {
+            raw.push_str(&format!("{name}: {value}\r\n"));
+        }
+        raw.push_str("\r\n");
+        let head = parse_head(raw.as_bytes(), &Limits::default())
+            .unwrap()
+            .unwrap();
+        let surface = if target.starts_with("/v1/") {
+            Surface::V1
+        } else {
+            Surface::Bucket
+        };
+        let path = target.split('?').next().unwrap();
+        let key = match surface {
+            Surface::V1 => path.to_string(),
+            Surface::Bucket => path.trim_start_matches('/').to_string(),
+        };
+        let req = Request {
+            head: &head,
+            body,
+            surface,
+            key: &key,
+            now_ms,
+            jitter_seed: 7,
+        };
+        let action = decide_stream(&req, &self.table);
+        if let Action::Commit { commands, .. } = &action {
+            for command in commands.clone() {
+                self.table.apply(command);
+            }
+        }
+        action
+    }
+
+    fn reply(
+        &mut self,
+        method: &str,
+        target: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> Response {
+        match self.run(method, target, headers, body, NOW) {
+            Action::Reply(reply) | Action::Commit { reply, .. } => reply,
+            Action::Read(plan) => panic!("unexpected wait: {plan:?}"),
+        }
+    }
+}
+
+fn text(h: &mut Harness) {
+    assert_eq!(
+        h.reply("PUT", KEY, &[("content-type", "text/plain")], b"")
+            .status,
+        201
+    );
+}
+
+#[test]
+fn create_is_idempotent_and_conflicts_on_mismatch() {
+    let mut h = Harness::new();
+    let created = h.reply(
+        "PUT",
+        KEY,
+        &[("content-type", "text/plain"), ("stream-ttl", "60")],
+        b"ab",
+    );
+    assert_eq!(created.status, 201);
+    assert_eq!(created.get_header("location"), Some("http://h/v1/stream/t"));
+    assert_eq!(
+        created.get_header("stream-next-offset"),
+        Some(offset::format(2).as_str())
+    );
+    let again = h.reply(
+        "PUT",
+        KEY,
+        &[("content-type", "TEXT/PLAIN"), ("stream-ttl", "60")],
+        b"",
+    );
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        h.reply("PUT", KEY, &[("content-type", "text/plain")], b"")
+            .status,
+        409
+    );
+    assert_eq!(
+        h.reply(
+            "PUT",
+            KEY,
+            &[("content-type", "text/html"), ("stream-ttl", "60")],
+            b""
+        )
+        .status,
+        409
+    );
+}
+
+#[test]
+fn lifetime_headers_are_validated() {
+    let mut h = Harness::new();
+    for ttl in ["-1", "+1", "01", "1.5", "1e3", "abc", ""] {
+        assert_eq!(
+            h.reply("PUT", KEY, &[("stream-ttl", ttl)], b"").status,
+            400,
+            "{ttl:?}"
+        );
+    }
+    let both = [
+        ("stream-ttl", "5"),
+        ("stream-expires-at", "2030-01-01T00:00:00Z"),
+    ];
+    assert_eq!(h.reply("PUT", KEY, &both, b"").status, 400);
+    assert_eq!(
+        h.reply("PUT", KEY, &[("stream-expires-at", "soon")], b"")
+            .status,
+        400
+    );
+    assert_eq!(
+        h.reply(
+            "PUT",
+            KEY,
+            &[("stream-expires-at", "2030-01-01T00:00:00+02:00")],
+            b""
+        )
+        .status,
+        201
+    );
+}
+
+#[test]
+fn append_precedence_and_status() {
+    let mut h = Harness::new();
+    assert_eq!(
+        h.reply("POST", KEY, &[("content-type", "text/plain")], b"x")
+            .status,
+        404
+    );
+    text(&mut h);
+    assert_eq!(
+        h.reply("POST", KEY, &[("content-type", "text/plain")], b"")
+            .status,
+        400
+    );
+    assert_eq!(h.reply("POST", KEY, &[], b"x").status, 400);
+    assert_eq!(
+        h.reply("POST", KEY, &[("content-type", "application/json")], b"1")
+            .status,
+        409
+    );
+    let ok = h.reply(
+        "POST",
+        KEY,
+        &[("content-type", "text/plain; charset=utf-8")],
+        b"abc",
+    );
+    assert_eq!(ok.status, 204);
+    assert_eq!(
+        ok.get_header("stream-next-offset"),
+        Some(offset::format(3).as_str())
+    );
+}
+
+#[test]
+fn stream_seq_is_bytewise_and_strict() {
+    let mut h = Harness::new();
+    text(&mut h);
+    let seq = |s| [("content-type", "text/plain"), ("stream-seq", s)];
+    assert_eq!(h.reply("POST", KEY, &seq("2"), b"a").status, 204);
+    assert_eq!(h.reply("POST", KEY, &seq("10"), b"b").status, 409);
+    assert_eq!(h.reply("POST", KEY, &seq("2"), b"b").status, 409);
+    assert_eq!(h.reply("POST", KEY, &seq("3"), b"b").status, 204);
+}
+
+fn producer<'a>(epoch: &'a str, seq: &'a str) -> [(&'a str, &'a str); 4] {
+    [
+        ("content-type", "text/plain"),
+        ("producer-id", "p"),
+        ("producer-epoch", epoch),
+        ("producer-seq", seq),
+    ]
+}
+
+#[test]
+fn producer_table_end_to_end() {
+    let mut h = Harness::new();
+    text(&mut h);
+    let first = h.reply("POST", KEY, &producer("0", "0"), b"a");
+    assert_eq!(
+        (first.status, first.get_header("producer-seq")),
+        (200, Some("0"))
+    );
+    assert_eq!(h.reply("POST", KEY, &producer("0", "1"), b"b").status, 200);
+    let dup = h.reply("POST", KEY, &producer("0", "0"), b"a");
+    assert_eq!(
+        (dup.status, dup.get_header("producer-seq")),
+        (204, Some("1"))
+    );
+    let gap = h.reply("POST", KEY, &producer("0", "5"), b"c");
+    assert_eq!(
+        (gap.status, gap.get_header("producer-expected-seq")),
+        (409, Some("2"))
+    );
+    assert_eq!(h.reply("POST", KEY, &producer("1", "3"), b"c").status, 400);
+    assert_eq!(h.reply("POST", KEY, &producer("1", "0"), b"c").status, 200);
+    let stale = h.reply("POST", KEY, &producer("0", "2"), b"d");
+    assert_eq!(
+        (stale.status, stale.get_header("producer-epoch")),
+        (403, Some("1"))
+    );
+    assert_eq!(h.table.get(KEY).unwrap().data, b"abc");
+    let partial = [("content-type", "text/plain"), ("producer-id", "p")];
+    assert_eq!(h.reply("POST", KEY, &partial, b"x").status, 400);
+    assert_eq!(
+        h.reply("POST", KEY, &producer("0", "1e3"), b"x").status,
+        400
+    );
+}
+
+#[test]
+fn closure_rules() {
+    let mut h = Harness::new();
+    text(&mut h);
+    let close_with_data = [
+        ("content-type", "text/plain"),
+        ("stream-closed", "true"),
+        ("producer-id", "p"),
+        ("producer-epoch", "0"),
+        ("producer-seq", "0"),
+    ];
+    let closed = h.reply("POST", KEY, &close_with_data, b"last");
+    assert_eq!(
+        (closed.status, closed.get_header("stream-closed")),
+        (200, Some("true"))
+    );
+    let retry = h.reply("POST", KEY, &close_with_data, b"other");
+    assert_eq!(
+        (retry.status, retry.get_header("stream-closed")),
+        (204, Some("true"))
+    );
+    let late = h.reply("POST", KEY, &[("content-type", "text/plain")], b"late");
+    assert_eq!(
+        (late.status, late.get_header("stream-closed")),
+        (409, Some("true"))
+    );
+    let close_again = h.reply("POST", KEY, &[("stream-closed", "true")], b"");
+    assert_eq!(close_again.status, 204);
+    assert_eq!(h.table.get(KEY).unwrap().data, b"last");
+    let head = h.reply("HEAD", KEY, &[], b"");
+    assert_eq!(head.get_header("stream-closed"), Some("true"));
+}
+
+#[test]
+fn json_mode_flattens_and_renders_per_surface() {
+    let mut h = Harness::new();
+    let json = [("content-type", "application/json")];
+    assert_eq!(h.reply("PUT", KEY, &json, b"[]").status, 201);
+    assert_eq!(h.reply("POST", KEY, &json, b"[]").status, 400);
+    assert_eq!(h.reply("POST", KEY, &json, b"{bad").status, 400);
+    assert_eq!(
+        h.reply("POST", KEY, &json, b"[{\"a\": 1}, [2, 3]]").status,
+        204
+    );
+    let read = h.reply("GET", KEY, &[], b"");
+    assert_eq!(read.body, b"[{\"a\":1},[2,3]]");
+    let mid = offset::format(3);
+    assert_eq!(
+        h.reply("GET", &format!("{KEY}?offset={mid}"), &[], b"")
+            .status,
+        400
+    );
+    assert_eq!(h.reply("PUT", "/buck/s", &json, b"[1, 2]").status, 201);
+    let ndjson = h.reply("GET", "/buck/s", &[], b"");
+    assert_eq!(
+        (ndjson.body.as_slice(), ndjson.get_header("content-type")),
+        (&b"1\n2\n"[..], Some("application/x-ndjson"))
+    );
+}
+
+#[test]
+fn reads_validate_offsets_and_honour_etags() {
+    let mut h = Harness::new();
+    text(&mut h);
+    h.reply("POST", KEY, &[("content-type", "text/plain")], b"hello");
+    for bad in ["", "abc", "0_1", "-2", "now%0A"] {
+        let status = h
+            .reply("GET", &format!("{KEY}?offset={bad}"), &[], b"")
+            .status;
+        assert_eq!(status, 400, "{bad:?}");
+    }
+    assert_eq!(
+        h.reply("GET", &format!("{KEY}?offset=-1&offset=-1"), &[], b"")
+            .status,
+        400
+    );
+    assert_eq!(
+        h.reply(
+            "GET",
+            &format!("{KEY}?offset={}", offset::format(99)),
+            &[],
+            b""
+        )
+        .status,
+        400
+    );
+    let full = h.reply("GET", KEY, &[], b"");
+    let tag = full.get_header("etag").unwrap().to_string();
+    assert_eq!(
+        h.reply("GET", KEY, &[("if-none-match", &tag)], b"").status,
+        304
+    );
+    let from = h.reply(
+        "GET",
+        &format!("{KEY}?offset={}", offset::format(2)),
+        &[],
+        b"",
+    );
+    assert_eq!(from.body, b"llo");
+    let now = h.reply("GET", &format!("{KEY}?offset=now"), &[], b"");
+    assert_eq!(
+        (now.body.len(), now.get_header("stream-up-to-date")),
+        (0, Some("true"))
+    );
+}
+
+#[test]
+fn long_poll_waits_only_at_the_tail() {
+    let mut h = Harness::new();
+    text(&mut h);
+    assert_eq!(
+        h.reply("GET", &format!("{KEY}?live=long-poll"), &[], b"")
+            .status,
+        400
+    );
+    let tail = offset::format(0);
+    let Action::Read(plan) = h.run(
+        "GET",
+        &format!("{KEY}?offset={tail}&live=long-poll"),
+        &[],
+        b"",
+        NOW,
+    ) else {
+        panic!("expected a wait at the tail");
+    };
+    assert_eq!(plan.mode, LiveMode::LongPoll);
+    let stream = h.table.get(KEY).unwrap();
+    let timeout = read::poll(&plan, stream, NOW, 1, true).unwrap();
+    assert_eq!(
+        (timeout.status, timeout.get_header("stream-up-to-date")),
+        (204, Some("true"))
+    );
+    h.reply("POST", KEY, &[("content-type", "text/plain")], b"new");
+    let data = read::poll(&plan, h.table.get(KEY).unwrap(), NOW, 1, false).unwrap();
+    assert_eq!((data.status, data.body.as_slice()), (200, &b"new"[..]));
+    assert!(
+        data.get_header("stream-cursor")
+            .unwrap()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+    );
+}
+
+#[test]
+fn expiry_reaps_and_ttl_slides() {
+    let mut h = Harness::new();
+    h.reply("PUT", KEY, &[("stream-ttl", "2")], b"");
+    assert!(reap_expired(&h.table, KEY, NOW + 1_999).is_none());
+    h.table.touch(KEY, NOW + 1_500);
+    assert!(reap_expired(&h.table, KEY, NOW + 3_000).is_none());
+    assert_eq!(
+        reap_expired(&h.table, KEY, NOW + 3_500),
+        Some(Command::Delete { key: KEY.into() })
+    );
+}

@@ -1,0 +1,106 @@
+//! Read windows: where a response or an SSE event that starts at `start`
+//! ends, given a byte budget. v1 JSON responses carry whole messages (they
+//! render as a JSON array); bucketed JSON responses prefer record ends but
+//! may end mid-record (the extensions' base, `max_bytes`); text never ends
+//! inside a UTF-8 sequence; binary ends exactly at the budget.
+
+use super::{Surface, content_type};
+use crate::stream::Stream;
+
+pub fn window_end(stream: &Stream, surface: Surface, start: u64, budget: u64) -> u64 {
+    let tail = stream.tail();
+    let limit = start.saturating_add(budget.max(1));
+    if tail <= limit {
+        return tail;
+    }
+    if stream.json && surface == Surface::V1 {
+        return last_record_end(stream, start, limit)
+            .unwrap_or_else(|| stream.message_ends[stream.first_message_after(start)]);
+    }
+    if stream.json
+        && let Some(end) = last_record_end(stream, start, limit)
+    {
+        return end;
+    }
+    if content_type::is_sse_text(&stream.content_type) {
+        return utf8_end(&stream.data, start, limit);
+    }
+    limit
+}
+
+/// The end of the last whole record inside `(start, limit]`, if any.
+fn last_record_end(stream: &Stream, start: u64, limit: u64) -> Option<u64> {
+    let first = stream.first_message_after(start);
+    let within = stream.message_ends[first..].partition_point(|&end| end <= limit);
+    (within > 0).then(|| stream.message_ends[first + within - 1])
+}
+
+/// `limit` moved back (at most 3 bytes) to the start of a UTF-8 sequence;
+/// forward instead when that would leave nothing, so readers progress.
+fn utf8_end(data: &[u8], start: u64, limit: u64) -> u64 {
+    let continuation = |at: u64| data.get(at as usize).is_some_and(|b| b & 0xC0 == 0x80);
+    let mut end = limit;
+    for _ in 0..3 {
+        if end > start && continuation(end) {
+            end -= 1;
+        }
+    }
+    if end > start && !continuation(end) {
+        return end;
+    }
+    let mut end = limit;
+    for _ in 0..3 {
+        if continuation(end) {
+            end += 1;
+        }
+    }
+    end.min(data.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stream::{Command, Table};
+
+    fn stream(content_type: &str, data: &[u8]) -> Stream {
+        let mut table = Table::default();
+        table.apply(Command::Create {
+            key: "k".into(),
+            content_type: content_type.into(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            data: data.to_vec(),
+            now_ms: 0,
+        });
+        table.get("k").unwrap().clone()
+    }
+
+    #[test]
+    fn v1_json_keeps_whole_messages() {
+        let s = stream("application/json", b"11111\n22\n3\n");
+        assert_eq!(window_end(&s, Surface::V1, 0, 7), 6);
+        assert_eq!(window_end(&s, Surface::V1, 0, 2), 6);
+        assert_eq!(window_end(&s, Surface::V1, 6, 4), 9);
+        assert_eq!(window_end(&s, Surface::V1, 6, 5), 11);
+    }
+
+    #[test]
+    fn bucket_json_prefers_records_then_cuts() {
+        let s = stream("application/json", b"11111\n22\n3\n");
+        assert_eq!(window_end(&s, Surface::Bucket, 0, 8), 6);
+        assert_eq!(window_end(&s, Surface::Bucket, 0, 2), 2);
+        assert_eq!(window_end(&s, Surface::Bucket, 2, 5), 6);
+    }
+
+    #[test]
+    fn text_never_splits_a_character() {
+        let s = stream("text/plain", "aé€x".as_bytes());
+        assert_eq!(window_end(&s, Surface::Bucket, 0, 2), 1);
+        assert_eq!(window_end(&s, Surface::Bucket, 1, 1), 3);
+        assert_eq!(window_end(&s, Surface::V1, 3, 2), 6);
+        let bin = stream("application/octet-stream", "aé€x".as_bytes());
+        assert_eq!(window_end(&bin, Surface::V1, 0, 2), 2);
+    }
+}
