@@ -157,7 +157,13 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
     loop {
         let cut = memchr::memchr2(b'\r', b'\n', rest);
         let line = &rest[..cut.unwrap_or(rest.len())];
-        out.extend_from_slice(b"data:");
+        // `data:` with no space, except before a line that starts with one:
+        // SSE parsers strip one leading space, so it is doubled there.
+        out.extend_from_slice(if line.first() == Some(&b' ') {
+            b"data: "
+        } else {
+            b"data:"
+        });
         out.extend_from_slice(line);
         out.push(b'\n');
         let Some(at) = cut else { break };
@@ -183,6 +189,13 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "event: data\ndata:a\ndata:\ndata:event: control\ndata:b\ndata:c\n\n"
         );
+    }
+
+    #[test]
+    fn leading_space_survives_sse_parsing() {
+        let mut out = Vec::new();
+        write_event(&mut out, "data", b" a\nb");
+        assert_eq!(out, b"event: data\ndata:  a\ndata:b\n\n");
     }
 
     #[test]

@@ -11,6 +11,24 @@ use crate::http::parse::{Method, RequestHead};
 use crate::protocol::buckets::{self, StreamSummary};
 use crate::protocol::response::{Response, conflict, not_found};
 
+/// One bucket in a shard's replica of the registry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    pub created_at_ms: u64,
+    /// A delete is checking emptiness: no stream may be created meanwhile.
+    pub frozen: bool,
+}
+
+/// Whether a stream may be created in `bucket` on this shard: `Err` holds
+/// the answer when not.
+pub fn admits_create(shard: &Shard, bucket: &str) -> Result<(), Response> {
+    match shard.buckets.borrow().get(bucket) {
+        None => Err(not_found("bucket not found")),
+        Some(b) if b.frozen => Err(conflict("bucket_deleting", "bucket is being deleted")),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Applies replicated registry changes and answers scans (any shard).
 pub fn handle_mesh(shard: &Shard, msg: MeshMsg) {
     match msg {
@@ -19,8 +37,22 @@ pub fn handle_mesh(shard: &Shard, msg: MeshMsg) {
             created_at_ms,
             ack,
         } => {
-            shard.buckets.borrow_mut().insert(bucket, created_at_ms);
+            let entry = Bucket {
+                created_at_ms,
+                frozen: false,
+            };
+            shard.buckets.borrow_mut().insert(bucket, entry);
             let _ = ack.send(());
+        }
+        MeshMsg::BucketFreeze {
+            bucket,
+            frozen,
+            reply,
+        } => {
+            if let Some(entry) = shard.buckets.borrow_mut().get_mut(&bucket) {
+                entry.frozen = frozen;
+            }
+            let _ = reply.send(scan(shard, &bucket, "").len());
         }
         MeshMsg::BucketDeleted { bucket, ack } => {
             shard.buckets.borrow_mut().remove(&bucket);
@@ -63,15 +95,16 @@ async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<Stream
 /// PUT, GET and DELETE on `/{bucket_id}`.
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
     let existing = shard.buckets.borrow().get(bucket).copied();
-    match (head.method, existing) {
+    match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
         (Method::Put, None) => {
             let created_at_ms = clock::now_ms();
             // Registered here first so a concurrent PUT of the same id sees it.
-            shard
-                .buckets
-                .borrow_mut()
-                .insert(bucket.to_string(), created_at_ms);
+            let entry = Bucket {
+                created_at_ms,
+                frozen: false,
+            };
+            shard.buckets.borrow_mut().insert(bucket.to_string(), entry);
             let make = |ack| MeshMsg::BucketCreated {
                 bucket: bucket.to_string(),
                 created_at_ms,
@@ -88,17 +121,7 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
             buckets::bucket_metadata(bucket, created_at_ms, count)
         }
         (Method::Delete, Some(_)) => {
-            if !gather_streams(shard, bucket, "").await.is_empty() {
-                return conflict("bucket_not_empty", "bucket still has streams");
-            }
-            shard
-                .mesh
-                .gather(|ack| MeshMsg::BucketDeleted {
-                    bucket: bucket.to_string(),
-                    ack,
-                })
-                .await;
-            Response::new(204)
+            delete_bucket(shard, bucket, existing.is_some_and(|b| b.frozen)).await
         }
         (Method::Get | Method::Head | Method::Delete, None) => not_found("bucket not found"),
         _ => Response::error(
@@ -108,6 +131,36 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
         )
         .header("allow", "GET, HEAD, PUT, DELETE, OPTIONS"),
     }
+}
+
+/// DELETE `/{bucket_id}` (extensions §1.5): freeze the bucket on every
+/// shard (no stream create passes a frozen bucket) while counting its
+/// streams, then delete it if empty or thaw it if not. Freezing and counting
+/// happen in one step on each shard, so no create can slip in between.
+async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Response {
+    if already_frozen {
+        return conflict("bucket_deleting", "bucket is being deleted");
+    }
+    let freeze = |frozen: bool| {
+        move |reply| MeshMsg::BucketFreeze {
+            bucket: bucket.to_string(),
+            frozen,
+            reply,
+        }
+    };
+    let streams: usize = shard.mesh.gather(freeze(true)).await.into_iter().sum();
+    if streams > 0 {
+        shard.mesh.gather(freeze(false)).await;
+        return conflict("bucket_not_empty", "bucket still has streams");
+    }
+    shard
+        .mesh
+        .gather(|ack| MeshMsg::BucketDeleted {
+            bucket: bucket.to_string(),
+            ack,
+        })
+        .await;
+    Response::new(204)
 }
 
 /// GET `/{bucket_id}/streams` (extensions §1.4).

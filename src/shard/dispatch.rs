@@ -68,6 +68,19 @@ struct StreamRequest<'a> {
     bucket: Option<&'a str>,
 }
 
+/// Extensions §1.6: stream operations need the bucket (404 without it);
+/// creating a new stream also needs it not to be mid-delete.
+fn bucket_admits(shard: &Shard, bucket: &str, sr: &StreamRequest) -> Result<(), Response> {
+    let creates = sr.head.method == Method::Put && shard.table.borrow().get(sr.key).is_none();
+    if creates {
+        return buckets::admits_create(shard, bucket);
+    }
+    match shard.buckets.borrow().contains_key(bucket) {
+        true => Ok(()),
+        false => Err(not_found("bucket not found")),
+    }
+}
+
 async fn stream_request(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
@@ -76,9 +89,9 @@ async fn stream_request(
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
     if let Some(bucket) = sr.bucket
-        && !shard.buckets.borrow().contains_key(bucket)
+        && let Err(reply) = bucket_admits(shard, bucket, &sr)
     {
-        return respond(socket, &not_found("bucket not found"), keep, is_head).await;
+        return respond(socket, &reply, keep, is_head).await;
     }
     let now_ms = clock::now_ms();
     let expired = protocol::reap_expired(&shard.table.borrow(), sr.key, now_ms);

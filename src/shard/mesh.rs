@@ -19,6 +19,13 @@ pub enum MeshMsg {
         created_at_ms: u64,
         ack: flume::Sender<()>,
     },
+    /// Freeze (or thaw) a bucket against stream creation and report how
+    /// many streams of it this shard holds, in one step.
+    BucketFreeze {
+        bucket: String,
+        frozen: bool,
+        reply: flume::Sender<usize>,
+    },
     /// Replicate a bucket deletion; acknowledge once applied.
     BucketDeleted {
         bucket: String,

@@ -30,7 +30,7 @@ pub struct Shard {
     pub waiters: Waiters,
     pub mesh: Mesh,
     /// Replicated bucket registry: id -> creation time (extensions §1).
-    pub buckets: RefCell<BTreeMap<String, u64>>,
+    pub buckets: RefCell<BTreeMap<String, buckets::Bucket>>,
     pub stopping: Cell<bool>,
     pub stop: Rc<Signal>,
     jitter: Cell<u64>,

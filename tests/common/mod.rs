@@ -172,6 +172,26 @@ impl Server {
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) and waits up to `wait` for the
+    /// process to exit; returns its exit code if it exited.
+    pub fn signal_and_wait(&mut self, signal: i32, wait: Duration) -> Option<i32> {
+        // SAFETY: kill(2) on our own child's pid with a plain signal number.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+        let deadline = Instant::now() + wait;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for Server {

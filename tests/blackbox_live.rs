@@ -1,0 +1,750 @@
+//! Black-box tests of the base protocol's live modes on `/v1/stream/...`
+//! (PROTOCOL.md §5.6 long-poll, §5.7 SSE, §8.2 SSE cycle; extensions §7
+//! base64 SSE for binary streams), HTTP timeouts and graceful shutdown of the
+//! real `rill` binary. `Server::start` runs with `--long-poll-timeout-ms 1000`.
+
+mod common;
+
+use base64::Engine;
+use common::{Conn, ReadError, Response, Server, enc, find, req, unique_name};
+use serde_json::Value;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+const TEXT: &str = "text/plain";
+const OCTET: &str = "application/octet-stream";
+const LONG_POLL: Duration = Duration::from_millis(1000);
+
+fn new_path() -> String {
+    format!("/v1/stream/{}", unique_name("live"))
+}
+
+fn next_offset(r: &Response) -> String {
+    r.header("stream-next-offset")
+        .unwrap_or_else(|| panic!("no Stream-Next-Offset: {} {:?}", r.status, r.headers))
+        .to_string()
+}
+
+fn create(s: &Server, path: &str, ct: &str, body: &[u8]) -> String {
+    let r = req(s.addr, "PUT", path, &[("Content-Type", ct)], body);
+    assert_eq!(r.status, 201, "create {path}: {:?} {}", r.headers, r.text());
+    next_offset(&r)
+}
+
+fn append(s: &Server, path: &str, ct: &str, body: &[u8]) -> String {
+    let r = req(s.addr, "POST", path, &[("Content-Type", ct)], body);
+    assert_eq!(r.status, 204, "append {path}: {:?} {}", r.headers, r.text());
+    next_offset(&r)
+}
+
+fn close(s: &Server, path: &str, ct: &str) -> String {
+    let r = req(
+        s.addr,
+        "POST",
+        path,
+        &[("Content-Type", ct), ("Stream-Closed", "true")],
+        b"",
+    );
+    assert_eq!(r.status, 204, "close {path}: {:?} {}", r.headers, r.text());
+    next_offset(&r)
+}
+
+fn is_true(r: &Response, name: &str) -> bool {
+    r.header(name)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+fn assert_digits(what: &str, v: Option<&str>) {
+    assert!(
+        v.is_some_and(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit())),
+        "{what} must be a decimal interval number, got {v:?}"
+    );
+}
+
+fn long_poll_path(path: &str, offset: &str) -> String {
+    format!("{path}?live=long-poll&offset={}", enc(offset))
+}
+
+/// No response head arrives on `c` within `wait` (the request is waiting).
+fn assert_no_response_within(c: &mut Conn, wait: Duration) {
+    c.stream.set_read_timeout(Some(wait)).unwrap();
+    let r = c.try_read_head();
+    c.stream
+        .set_read_timeout(Some(common::READ_TIMEOUT))
+        .unwrap();
+    match r {
+        Err(ReadError::Timeout) => {}
+        other => panic!("expected the request to wait, got {other:?}"),
+    }
+}
+
+// ---------------------------------------------------------------- long-poll
+
+#[test]
+fn long_poll_at_tail_is_woken_by_an_append() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"old");
+    let tail = append(&s, &path, TEXT, b"-data");
+
+    let mut waiter = Conn::open(s.addr);
+    let sent = Instant::now();
+    let poll = waiter.build_request("GET", &long_poll_path(&path, &tail), &[], b"");
+    waiter.send_raw(&poll);
+    assert_no_response_within(&mut waiter, Duration::from_millis(300));
+
+    let posted = Instant::now();
+    let new_tail = append(&s, &path, TEXT, b"fresh bytes");
+    let r = waiter.read_response();
+    let woke_after = posted.elapsed();
+    assert_eq!(r.status, 200, "{:?} {}", r.headers, r.text());
+    assert_eq!(r.body, b"fresh bytes", "exactly the new bytes");
+    assert_eq!(next_offset(&r), new_tail);
+    assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
+    assert_digits("Stream-Cursor", r.header("stream-cursor"));
+    assert!(
+        woke_after < Duration::from_millis(500) && sent.elapsed() < LONG_POLL,
+        "woken {woke_after:?} after the append, {:?} after the request",
+        sent.elapsed()
+    );
+
+    // The connection is reusable, and a second poll from the new tail with
+    // the cursor echoed waits again and is woken again.
+    let cursor = r.header("stream-cursor").unwrap().to_string();
+    let p = format!("{}&cursor={cursor}", long_poll_path(&path, &new_tail));
+    let poll = waiter.build_request("GET", &p, &[], b"");
+    waiter.send_raw(&poll);
+    assert_no_response_within(&mut waiter, Duration::from_millis(200));
+    append(&s, &path, TEXT, b"again");
+    let r = waiter.read_response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"again");
+    assert_digits("Stream-Cursor", r.header("stream-cursor"));
+    let next: u64 = r.header("stream-cursor").unwrap().parse().unwrap();
+    assert!(
+        next > cursor.parse::<u64>().unwrap(),
+        "echoed cursor {cursor} must give a strictly greater one, got {next}"
+    );
+}
+
+#[test]
+fn long_poll_times_out_with_204_up_to_date() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    let tail = create(&s, &path, TEXT, b"some bytes");
+    let mut c = Conn::open(s.addr);
+    let started = Instant::now();
+    let r = c.request("GET", &long_poll_path(&path, &tail), &[], b"");
+    let took = started.elapsed();
+    assert_eq!(r.status, 204, "{:?} {}", r.headers, r.text());
+    assert!(r.body.is_empty());
+    assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
+    assert_eq!(next_offset(&r), tail);
+    assert_digits("Stream-Cursor", r.header("stream-cursor"));
+    assert!(
+        took >= LONG_POLL - Duration::from_millis(100) && took < LONG_POLL * 3,
+        "timed out after {took:?}, configured {LONG_POLL:?}"
+    );
+    // offset=now waits the same way.
+    let started = Instant::now();
+    let r = c.request("GET", &long_poll_path(&path, "now"), &[], b"");
+    assert_eq!(r.status, 204);
+    assert_eq!(next_offset(&r), tail);
+    assert!(started.elapsed() >= LONG_POLL - Duration::from_millis(100));
+    // Keep-alive after the 204s.
+    let r = c.request("GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(r.body, b"some bytes");
+}
+
+#[test]
+fn long_poll_on_closed_stream_at_tail_returns_at_once() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    let start = create(&s, &path, TEXT, b"");
+    append(&s, &path, TEXT, b"last words");
+    let tail = close(&s, &path, TEXT);
+
+    let started = Instant::now();
+    let r = req(s.addr, "GET", &long_poll_path(&path, &tail), &[], b"");
+    assert_eq!(r.status, 204, "{:?} {}", r.headers, r.text());
+    assert!(is_true(&r, "stream-closed"), "{:?}", r.headers);
+    assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
+    assert_eq!(next_offset(&r), tail);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "must not wait: {:?}",
+        started.elapsed()
+    );
+    // Behind the tail: the remaining data at once, marked closed.
+    let r = req(s.addr, "GET", &long_poll_path(&path, &start), &[], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, b"last words");
+    assert!(is_true(&r, "stream-closed"), "{:?}", r.headers);
+}
+
+#[test]
+fn long_poll_is_woken_by_close() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    let tail = create(&s, &path, TEXT, b"abc");
+    let mut waiter = Conn::open(s.addr);
+    let poll = waiter.build_request("GET", &long_poll_path(&path, &tail), &[], b"");
+    waiter.send_raw(&poll);
+    assert_no_response_within(&mut waiter, Duration::from_millis(300));
+    let closed_at = Instant::now();
+    close(&s, &path, TEXT);
+    let r = waiter.read_response();
+    assert!(closed_at.elapsed() < Duration::from_millis(500));
+    assert_eq!(r.status, 204, "{:?}", r.headers);
+    assert!(is_true(&r, "stream-closed"), "{:?}", r.headers);
+    assert_eq!(next_offset(&r), tail);
+}
+
+// ---------------------------------------------------------------------- SSE
+
+#[derive(Debug)]
+struct Event {
+    name: String,
+    data: String,
+}
+
+impl Event {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.data)
+            .unwrap_or_else(|e| panic!("control data is not JSON ({e}): {:?}", self.data))
+    }
+}
+
+/// A raw HTTP/1.1 connection reading one chunked SSE response event by
+/// event (parsed per the WHATWG SSE rules), noticing the chunked terminator.
+struct Sse {
+    sock: TcpStream,
+    addr: SocketAddr,
+    raw: Vec<u8>,
+    decoded: Vec<u8>,
+    ended: bool,
+    head: Response,
+}
+
+impl Sse {
+    fn open(addr: SocketAddr, path: &str) -> Sse {
+        let sock = TcpStream::connect(addr).expect("connect");
+        sock.set_nodelay(true).unwrap();
+        let mut sse = Sse {
+            sock,
+            addr,
+            raw: Vec::new(),
+            decoded: Vec::new(),
+            ended: false,
+            head: Response {
+                status: 0,
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+        };
+        sse.get(path);
+        sse
+    }
+
+    /// Send a GET and read its response head.
+    fn get(&mut self, path: &str) {
+        let r = common::build_request(&self.addr, "GET", path, &[], b"");
+        self.sock.write_all(&r).unwrap();
+        self.decoded.clear();
+        self.ended = false;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let end = loop {
+            if let Some(i) = find(&self.raw, b"\r\n\r\n") {
+                break i;
+            }
+            assert!(self.read_more(deadline), "connection closed before head");
+        };
+        let head: Vec<u8> = self.raw.drain(..end + 4).collect();
+        let head = String::from_utf8(head[..end].to_vec()).unwrap();
+        let mut lines = head.split("\r\n");
+        let status = lines.next().unwrap().split(' ').nth(1).unwrap();
+        self.head = Response {
+            status: status.parse().unwrap(),
+            headers: lines
+                .map(|l| {
+                    let (k, v) = l.split_once(':').unwrap();
+                    (k.trim().to_string(), v.trim().to_string())
+                })
+                .collect(),
+            body: Vec::new(),
+        };
+    }
+
+    /// Reads more bytes; false on EOF. Panics at `deadline`.
+    fn read_more(&mut self, deadline: Instant) -> bool {
+        let now = Instant::now();
+        assert!(
+            now < deadline,
+            "timed out; decoded so far {:?}",
+            self.text()
+        );
+        self.sock.set_read_timeout(Some(deadline - now)).unwrap();
+        let mut tmp = [0u8; 16 << 10];
+        match self.sock.read(&mut tmp) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.raw.extend_from_slice(&tmp[..n]);
+                true
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                panic!("timed out; decoded so far {:?}", self.text())
+            }
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.decoded).into_owned()
+    }
+
+    /// Decodes the complete chunks in `raw`.
+    fn decode(&mut self) {
+        while !self.ended {
+            let Some(i) = find(&self.raw, b"\r\n") else {
+                return;
+            };
+            let line = std::str::from_utf8(&self.raw[..i]).unwrap();
+            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
+                .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
+            if size == 0 {
+                if self.raw.len() < i + 4 {
+                    return;
+                }
+                assert_eq!(&self.raw[i + 2..i + 4], b"\r\n", "no trailers expected");
+                self.raw.drain(..i + 4);
+                self.ended = true;
+                return;
+            }
+            if self.raw.len() < i + 2 + size + 2 {
+                return;
+            }
+            self.decoded
+                .extend_from_slice(&self.raw[i + 2..i + 2 + size]);
+            assert_eq!(&self.raw[i + 2 + size..i + 4 + size], b"\r\n");
+            self.raw.drain(..i + 4 + size);
+        }
+    }
+
+    /// The next event, or `None` once the response body ended.
+    fn next(&mut self, timeout: Duration) -> Option<Event> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.decode();
+            if let Some(i) = find(&self.decoded, b"\n\n") {
+                let block: Vec<u8> = self.decoded.drain(..i + 2).collect();
+                return Some(parse_event(&block[..i]));
+            }
+            if self.ended {
+                assert!(
+                    self.decoded.is_empty(),
+                    "body ended inside an event: {:?}",
+                    self.text()
+                );
+                return None;
+            }
+            assert!(
+                self.read_more(deadline),
+                "connection closed without the chunked terminator; decoded {:?}",
+                self.text()
+            );
+        }
+    }
+
+    /// The next event, which must exist and be named `name`.
+    fn expect(&mut self, name: &str, timeout: Duration) -> Event {
+        let e = self
+            .next(timeout)
+            .unwrap_or_else(|| panic!("SSE body ended; expected a {name} event"));
+        assert_eq!(e.name, name, "{e:?}");
+        e
+    }
+
+    /// The next non-keep-alive event: skips controls that carry no news
+    /// (same offset, up to date) while waiting for a data event.
+    fn expect_data(&mut self, timeout: Duration) -> Event {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let e = self
+                .next(left)
+                .unwrap_or_else(|| panic!("SSE body ended; expected a data event"));
+            if e.name == "data" {
+                return e;
+            }
+            assert_eq!(e.name, "control", "{e:?}");
+        }
+    }
+}
+
+/// WHATWG SSE field parsing: `field: value` with one optional space
+/// removed; `data` lines joined by LF; `event` names the event.
+fn parse_event(block: &[u8]) -> Event {
+    let text = std::str::from_utf8(block).expect("SSE is UTF-8");
+    let mut name = "message".to_string();
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.split('\n') {
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "event" => name = value.to_string(),
+            "data" => data.push(value),
+            _ => {}
+        }
+    }
+    Event {
+        name,
+        data: data.join("\n"),
+    }
+}
+
+fn sse_path(path: &str, offset: &str) -> String {
+    format!("{path}?live=sse&offset={}", enc(offset))
+}
+
+fn assert_sse_head(sse: &Sse) {
+    let h = &sse.head;
+    assert_eq!(h.status, 200, "{:?}", h.headers);
+    assert!(
+        h.header("content-type")
+            .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream")),
+        "{:?}",
+        h.headers
+    );
+    assert!(
+        h.header("transfer-encoding")
+            .is_some_and(|t| t.eq_ignore_ascii_case("chunked")),
+        "{:?}",
+        h.headers
+    );
+}
+
+fn assert_control(e: &Event, offset: &str, up_to_date: bool) -> Value {
+    assert_eq!(e.name, "control", "{e:?}");
+    let v = e.json();
+    assert_eq!(v["streamNextOffset"], offset, "{v}");
+    assert_digits("streamCursor", v["streamCursor"].as_str());
+    if up_to_date {
+        assert_eq!(v["upToDate"], true, "{v}");
+    }
+    v
+}
+
+#[test]
+fn sse_text_stream_catch_up_live_and_close() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"hello");
+    let tail = append(&s, &path, TEXT, b" world\nline two");
+
+    let mut sse = Sse::open(s.addr, &sse_path(&path, "-1"));
+    assert_sse_head(&sse);
+    let d = sse.expect("data", Duration::from_secs(3));
+    assert_eq!(d.data, "hello world\nline two");
+    let c = sse.expect("control", Duration::from_secs(3));
+    assert_control(&c, &tail, true);
+
+    // Live: a POST reaches the open response.
+    let t2 = append(&s, &path, TEXT, b"live!");
+    let d = sse.expect_data(Duration::from_secs(3));
+    assert_eq!(d.data, "live!");
+    let c = sse.expect("control", Duration::from_secs(3));
+    assert_control(&c, &t2, true);
+
+    // Close: a final control with streamClosed, then the body ends.
+    let closed_tail = close(&s, &path, TEXT);
+    assert_eq!(closed_tail, t2);
+    let last = loop {
+        let e = sse.expect("control", Duration::from_secs(3));
+        if e.json()["streamClosed"] == true {
+            break e;
+        }
+    };
+    assert_eq!(last.json()["streamNextOffset"], t2.as_str());
+    assert!(
+        sse.next(Duration::from_secs(3)).is_none(),
+        "the SSE body ends after streamClosed"
+    );
+    // Keep-alive: the same connection serves the next request.
+    sse.get(&sse_path(&path, &t2));
+    assert_sse_head(&sse);
+    let e = sse.expect("control", Duration::from_secs(3));
+    assert_eq!(e.json()["streamClosed"], true, "{e:?}");
+    assert!(sse.next(Duration::from_secs(3)).is_none());
+}
+
+#[test]
+fn sse_from_now_starts_at_the_tail() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    let tail = create(&s, &path, TEXT, b"history");
+    let mut sse = Sse::open(s.addr, &sse_path(&path, "now"));
+    assert_sse_head(&sse);
+    let c = sse.expect("control", Duration::from_secs(3));
+    assert_control(&c, &tail, true);
+    append(&s, &path, TEXT, b"future");
+    assert_eq!(sse.expect_data(Duration::from_secs(3)).data, "future");
+}
+
+#[test]
+fn sse_text_payload_starting_with_a_space_survives() {
+    // PROTOCOL.md §5.7: "Data is emitted in Server-Sent Events format"; an
+    // SSE parser removes one space after `data:`, so the server must not
+    // let a payload's own leading space be eaten.
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b" indented\n  two spaces");
+    let mut sse = Sse::open(s.addr, &sse_path(&path, "-1"));
+    assert_sse_head(&sse);
+    let d = sse.expect("data", Duration::from_secs(3));
+    assert_eq!(d.data, " indented\n  two spaces");
+}
+
+#[test]
+fn sse_binary_stream_is_base64() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    let first: Vec<u8> = (0..=255u8).collect();
+    create(&s, &path, OCTET, &first);
+    let second: Vec<u8> = b"\n\r\n\0\xff\xfe data: x\n\n".to_vec();
+
+    let mut sse = Sse::open(s.addr, &sse_path(&path, "-1"));
+    assert_sse_head(&sse);
+    assert_eq!(
+        sse.head.header("stream-sse-data-encoding"),
+        Some("base64"),
+        "{:?}",
+        sse.head.headers
+    );
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let d = sse.expect("data", Duration::from_secs(3));
+    let got = b64
+        .decode(d.data.replace('\n', ""))
+        .expect("data is base64");
+    assert_eq!(got, first);
+    sse.expect("control", Duration::from_secs(3));
+
+    append(&s, &path, OCTET, &second);
+    let d = sse.expect_data(Duration::from_secs(3));
+    let got = b64
+        .decode(d.data.replace('\n', ""))
+        .expect("data is base64");
+    assert_eq!(got, second);
+
+    // Text streams are not base64-encoded.
+    let tpath = new_path();
+    create(&s, &tpath, TEXT, b"t");
+    let sse = Sse::open(s.addr, &sse_path(&tpath, "-1"));
+    assert_eq!(sse.head.header("stream-sse-data-encoding"), None);
+}
+
+#[test]
+fn sse_response_ends_after_the_cycle_and_connection_stays_usable() {
+    let s = Server::start(&["--sse-cycle-ms", "1500"]);
+    let path = new_path();
+    let tail = create(&s, &path, TEXT, b"abc");
+    let started = Instant::now();
+    let mut sse = Sse::open(s.addr, &sse_path(&path, &tail));
+    assert_sse_head(&sse);
+    let c = sse.expect("control", Duration::from_secs(3));
+    assert_control(&c, &tail, true);
+    // Only (keep-alive) controls until the body ends by itself.
+    while let Some(e) = sse.next(Duration::from_secs(5)) {
+        assert_control(&e, &tail, true);
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(1300) && took < Duration::from_millis(4000),
+        "SSE cycle ended after {took:?}, configured 1.5 s"
+    );
+    // The same connection serves a plain request afterwards.
+    let r = common::build_request(&s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    sse.sock.write_all(&r).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sse.raw.ends_with(b"abc") {
+        assert!(sse.read_more(deadline), "closed; got {:?}", sse.raw);
+    }
+    let text = String::from_utf8_lossy(&sse.raw).into_owned();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
+}
+
+// ------------------------------------------------------------ HTTP timeouts
+
+/// Either a 408 response or the connection closed, within `within`.
+fn assert_408_or_closed(c: &mut Conn, within: Duration, what: &str) {
+    c.stream.set_read_timeout(Some(within)).unwrap();
+    match c.try_read_response() {
+        Ok(r) => assert_eq!(r.status, 408, "{what}: {:?} {}", r.headers, r.text()),
+        Err(ReadError::Closed) => {}
+        Err(e) => panic!("{what}: expected 408 or close, got {e}"),
+    }
+}
+
+#[test]
+fn stalled_request_gets_408_and_others_are_served() {
+    let s = Server::start(&["--idle-timeout-ms", "1000"]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"ok");
+
+    let mut slow = Conn::open(s.addr);
+    let started = Instant::now();
+    slow.send_raw(format!("GET {path}?offset=-1 HTTP/1.1\r\nHost: x\r\nAccept:").as_bytes());
+    let mut slow_body = Conn::open(s.addr);
+    slow_body.send_raw(
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: {TEXT}\r\nContent-Length: 10\r\n\r\n12345"
+        )
+        .as_bytes(),
+    );
+
+    // Others are served meanwhile.
+    for _ in 0..3 {
+        let r = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+        assert_eq!(r.body, b"ok");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_408_or_closed(&mut slow, Duration::from_secs(4), "stalled head");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(4),
+        "stalled head answered after {took:?}"
+    );
+    assert_408_or_closed(&mut slow_body, Duration::from_secs(4), "stalled body");
+    // The half body was not appended.
+    let r = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(r.body, b"ok");
+
+    // A connection idle between requests is closed without a response.
+    let mut idle = Conn::open(s.addr);
+    let r = idle.request("GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(r.status, 200);
+    assert!(
+        idle.is_closed_within(Duration::from_secs(4)),
+        "idle keep-alive connection closes after the idle timeout"
+    );
+}
+
+// ----------------------------------------------------------------- shutdown
+
+struct Proc {
+    child: std::process::Child,
+    root: std::path::PathBuf,
+    addr: SocketAddr,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn spawn_own() -> Proc {
+    let root = std::env::temp_dir().join(unique_name("rill-live-term"));
+    std::fs::create_dir_all(&root).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["serve", "--cores", "2", "--listen", &addr.to_string()])
+        .arg("--data-dir")
+        .arg(root.join("data"))
+        .args(["--long-poll-timeout-ms", "30000"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rill");
+    let mut p = Proc { child, root, addr };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+        assert!(p.child.try_wait().unwrap().is_none(), "rill exited early");
+        assert!(Instant::now() < deadline, "rill did not start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    p
+}
+
+fn sigterm_and_wait(p: &mut Proc, within: Duration) -> std::process::ExitStatus {
+    let pid = p.child.id().to_string();
+    let st = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("run kill");
+    assert!(st.success());
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "rill did not exit within {within:?} of SIGTERM"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sigterm_exits_cleanly() {
+    let mut p = spawn_own();
+    let path = new_path();
+    let r = req(p.addr, "PUT", &path, &[("Content-Type", TEXT)], b"x");
+    assert_eq!(r.status, 201);
+    let status = sigterm_and_wait(&mut p, Duration::from_secs(5));
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn sigterm_exits_cleanly_with_open_connections() {
+    let mut p = spawn_own();
+    let path = new_path();
+    let r = req(p.addr, "PUT", &path, &[("Content-Type", TEXT)], b"x");
+    assert_eq!(r.status, 201);
+    let tail = next_offset(&r);
+    // An idle keep-alive connection, a 30 s long-poll, and an SSE reader.
+    let mut idle = Conn::open(p.addr);
+    assert_eq!(
+        idle.request("GET", &format!("{path}?offset=-1"), &[], b"")
+            .status,
+        200
+    );
+    let mut poller = Conn::open(p.addr);
+    let lp = poller.build_request("GET", &long_poll_path(&path, &tail), &[], b"");
+    poller.send_raw(&lp);
+    let mut sse = Sse::open(p.addr, &sse_path(&path, &tail));
+    sse.expect("control", Duration::from_secs(3));
+    thread::sleep(Duration::from_millis(200));
+
+    let status = sigterm_and_wait(&mut p, Duration::from_secs(5));
+    assert!(status.success(), "exit status {status}");
+    // The long-poll was answered (204) or its connection closed.
+    poller
+        .stream
+        .set_read_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    match poller.try_read_response() {
+        Ok(r) => assert_eq!(r.status, 204, "{:?}", r.headers),
+        Err(ReadError::Closed) => {}
+        Err(e) => panic!("long-poll during shutdown: {e}"),
+    }
+}
