@@ -198,6 +198,9 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if thread::panicking() {
+            eprintln!("---- server stderr ({}) ----\n{}", self.addr, self.stderr());
+        }
         let _ = fs::remove_dir_all(&self.root);
     }
 }
