@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use monoio::net::TcpStream;
 
 use super::mesh::MeshMsg;
@@ -25,28 +25,62 @@ enum Fill {
     Timeout,
 }
 
-/// Reads more bytes onto the end of `buf`.
+/// Reads more bytes onto the end of `buf`. A read that would block (a
+/// socket left non-blocking by its previous owner) waits for readability
+/// and tries again instead of being taken for a closed connection.
 async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> Fill {
-    let mut owned = std::mem::take(buf);
-    if owned.capacity() - owned.len() < READ_CHUNK / 2 {
-        owned.reserve(READ_CHUNK);
-    }
-    let (len, cap) = (owned.len(), owned.capacity());
-    match monoio::time::timeout(timeout, socket.read(owned.slice_mut(len..cap))).await {
-        Ok((result, slice)) => {
-            *buf = slice.into_inner();
-            match result {
-                Ok(0) | Err(_) => Fill::Eof,
-                Ok(_) => Fill::Data,
-            }
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let mut owned = std::mem::take(buf);
+        if owned.capacity() - owned.len() < READ_CHUNK / 2 {
+            owned.reserve(READ_CHUNK);
         }
-        Err(_) => Fill::Timeout,
+        let (len, cap) = (owned.len(), owned.capacity());
+        let read = socket.read(owned.slice_mut(len..cap));
+        let Ok((result, slice)) = monoio::time::timeout_at(deadline.into(), read).await else {
+            return Fill::Timeout;
+        };
+        *buf = slice.into_inner();
+        match result {
+            Ok(0) => return Fill::Eof,
+            Ok(_) => return Fill::Data,
+            Err(e) if retryable(&e) => {
+                let ready = monoio::time::timeout_at(deadline.into(), socket.readable(false));
+                if ready.await.is_err() {
+                    return Fill::Timeout;
+                }
+            }
+            Err(_) => return Fill::Eof,
+        }
     }
 }
 
+fn retryable(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+    )
+}
+
 pub async fn write_bytes(socket: &mut TcpStream, bytes: Vec<u8>) -> bool {
-    let (result, _) = socket.write_all(bytes).await;
-    result.is_ok()
+    use monoio::buf::IoBuf;
+    let mut buf = bytes;
+    let mut written = 0;
+    while written < buf.len() {
+        let (result, slice) = socket.write(buf.slice(written..)).await;
+        buf = slice.into_inner();
+        match result {
+            Ok(0) => return false,
+            Ok(n) => written += n,
+            Err(e) if retryable(&e) => {
+                if socket.writable(false).await.is_err() {
+                    return false;
+                }
+            }
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// Writes a whole response; returns whether the connection stays usable.
@@ -202,6 +236,9 @@ fn hand_off(shard: &Shard, socket: TcpStream, buffered: Vec<u8>, owner: usize) {
     // SAFETY: `into_raw_fd` gave up monoio's ownership of this open socket
     // (no operation was in flight), so the std stream becomes its one owner.
     let socket = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+    // io_uring arms a poll for blocking sockets itself; a non-blocking one
+    // would surface EAGAIN to the new owner.
+    let _ = socket.set_nonblocking(false);
     if !shard
         .mesh
         .send(owner, MeshMsg::Handoff { socket, buffered })
