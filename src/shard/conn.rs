@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRent};
+use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
 use monoio::net::TcpStream;
 
 use super::mesh::MeshMsg;
@@ -83,16 +83,32 @@ pub async fn write_bytes(socket: &mut TcpStream, bytes: Vec<u8>) -> bool {
     true
 }
 
+/// Bodies at least this large go out in a vectored write after the head
+/// instead of being copied behind it.
+const VECTORED_BODY_BYTES: usize = 16 << 10;
+
 /// Writes a whole response; returns whether the connection stays usable.
 pub async fn respond(
     socket: &mut TcpStream,
-    resp: &Response,
+    resp: Response,
     keep_alive: bool,
     head_request: bool,
 ) -> bool {
-    let mut out = Vec::with_capacity(512 + resp.body.len());
-    render::encode(resp, Framing::Length, keep_alive, head_request, &mut out);
-    write_bytes(socket, out).await && keep_alive
+    let vectored = !head_request && resp.body.len() >= VECTORED_BODY_BYTES;
+    let mut out = Vec::with_capacity(512 + if vectored { 0 } else { resp.body.len() });
+    render::encode(
+        &resp,
+        Framing::Length,
+        keep_alive,
+        head_request || vectored,
+        &mut out,
+    );
+    if !vectored {
+        return write_bytes(socket, out).await && keep_alive;
+    }
+    let parts = monoio::buf::VecBuf::from(vec![out, resp.body]);
+    let (result, _) = socket.write_vectored_all(parts).await;
+    result.is_ok() && keep_alive
 }
 
 fn http_error(e: &HttpError) -> Response {
@@ -197,7 +213,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>) {
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
-                respond(&mut socket, &resp, false, false).await;
+                respond(&mut socket, resp, false, false).await;
                 return;
             }
         };
@@ -209,7 +225,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>) {
         let body = match read_body(&mut socket, &mut buf, &head, &limits, idle).await {
             Ok(body) => body,
             Err(resp) => {
-                respond(&mut socket, &resp, false, false).await;
+                respond(&mut socket, resp, false, false).await;
                 return;
             }
         };

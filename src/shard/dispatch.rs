@@ -26,7 +26,7 @@ pub async fn handle(
     let keep = head.keep_alive && !shard.stopping.get();
     let is_head = head.method == Method::Head;
     if head.method == Method::Options {
-        return respond(socket, &render::preflight(), keep, false).await;
+        return respond(socket, render::preflight(), keep, false).await;
     }
     let reply = match target {
         Target::Stream {
@@ -57,7 +57,7 @@ pub async fn handle(
         Target::NotFound => not_found("no such resource"),
         Target::Invalid(message) => bad_request(message),
     };
-    respond(socket, &reply, keep, is_head).await
+    respond(socket, reply, keep, is_head).await
 }
 
 struct StreamRequest<'a> {
@@ -91,7 +91,7 @@ async fn stream_request(
     if let Some(bucket) = sr.bucket
         && let Err(reply) = bucket_admits(shard, bucket, &sr)
     {
-        return respond(socket, &reply, keep, is_head).await;
+        return respond(socket, reply, keep, is_head).await;
     }
     let now_ms = clock::now_ms();
     let expired = protocol::reap_expired(&shard.table.borrow(), sr.key, now_ms);
@@ -111,12 +111,12 @@ async fn stream_request(
         shard.table.borrow_mut().touch(sr.key, now_ms);
     }
     match action {
-        Action::Reply(reply) => respond(socket, &reply, keep, is_head).await,
+        Action::Reply(reply) => respond(socket, reply, keep, is_head).await,
         Action::Commit { commands, reply } => {
             for command in commands {
                 shard.apply(command);
             }
-            respond(socket, &reply, keep, is_head).await
+            respond(socket, reply, keep, is_head).await
         }
         Action::Read(plan) => match plan.mode {
             LiveMode::LongPoll => live::long_poll(shard, socket, plan, keep).await,

@@ -35,7 +35,7 @@ pub async fn long_poll(
     };
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, signal);
-    respond(socket, &reply, keep, false).await
+    respond(socket, reply, keep, false).await
 }
 
 /// The long-poll's answer now, if it has one (a deleted stream is a 404).
@@ -55,7 +55,7 @@ pub async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep
         .get(&plan.key)
         .map(|stream| read::sse_head(stream, plan.surface));
     let Some(head) = head else {
-        return respond(socket, &not_found("stream not found"), keep, false).await;
+        return respond(socket, not_found("stream not found"), keep, false).await;
     };
     let mut out = Vec::new();
     render::encode(&head, Framing::Chunked, keep, false, &mut out);
