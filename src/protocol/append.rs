@@ -50,7 +50,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         check_producer(stream, p)?;
     }
     let stream_seq = check_stream_seq(req, stream)?;
-    let tail = stream.tail() + data.len() as u64;
+    let tail = stream.head_tail() + data.len() as u64;
     let reply = success(producer.as_ref(), tail, close);
     let command = Command::Append {
         key: req.key.to_string(),
@@ -96,7 +96,7 @@ fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<
 /// A write to a closed stream: the retry of the write that closed it is a
 /// duplicate (204); anything else is 409 with `Stream-Closed: true`.
 fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
-    let tail = offset::format(stream.tail());
+    let tail = offset::format(stream.head_tail());
     if let Some(p) = producer {
         let closer = stream.closed_by.as_ref();
         if closer.is_some_and(|(id, epoch, seq)| *id == p.id && *epoch == p.epoch && *seq == p.seq)
@@ -116,7 +116,7 @@ fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     match decide_producer(stream.producers.get(&p.id), p.epoch, p.seq) {
         ProducerDecision::Accept => Ok(()),
         ProducerDecision::Duplicate { last_seq } => Err(with_producer(
-            Response::new(204).header("stream-next-offset", offset::format(stream.tail())),
+            Response::new(204).header("stream-next-offset", offset::format(stream.head_tail())),
             Some(p),
             Some(last_seq),
         )),
@@ -162,7 +162,7 @@ fn close_only(
     stream: &Stream,
     producer: Option<ProducerWrite>,
 ) -> Result<Action, Response> {
-    let tail = offset::format(stream.tail());
+    let tail = offset::format(stream.head_tail());
     if stream.closed {
         if producer.is_some() {
             return Err(closed_reply(stream, producer.as_ref()));

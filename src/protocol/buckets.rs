@@ -25,7 +25,7 @@ impl StreamSummary {
     pub fn of(stream_id: &str, stream: &Stream) -> StreamSummary {
         StreamSummary {
             stream_id: stream_id.to_string(),
-            status: if stream.closed { "Closed" } else { "Open" },
+            status: if stream.is_closed() { "Closed" } else { "Open" },
             content_type: stream.content_type.clone(),
             tail_offset: stream.tail(),
             created_at_ms: stream.created_at_ms,

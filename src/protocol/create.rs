@@ -91,7 +91,7 @@ fn recreate(
     }
     Response::new(200)
         .header("content-type", existing.content_type.clone())
-        .header("stream-next-offset", offset::format(existing.tail()))
+        .header("stream-next-offset", offset::format(existing.head_tail()))
         .header_if(existing.closed, "stream-closed", "true")
 }
 

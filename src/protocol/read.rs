@@ -43,7 +43,7 @@ pub fn decide(req: &Request, table: &Table) -> Action {
 fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let (param, mode) = parse_params(req)?;
     let stream = table
-        .get(req.key)
+        .get_visible(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
     let start = match param {
         OffsetParam::Start => 0,
@@ -168,7 +168,7 @@ fn data_reply(stream: &Stream, plan: &ReadPlan) -> (Response, String) {
     let budget = plan.max_bytes.unwrap_or(MAX_READ_BYTES).min(MAX_READ_BYTES);
     let end = window_end(stream, surface, start, budget);
     let at_tail = end == stream.tail();
-    let closed_here = at_tail && stream.closed;
+    let closed_here = at_tail && stream.is_closed();
     let tag = etag(stream, start, end, closed_here);
     let reply = Response::new(200)
         .header("content-type", body_content_type(stream, surface))
@@ -219,7 +219,7 @@ fn now_reply(stream: &Stream, surface: Surface) -> Response {
         .header("stream-next-offset", offset::format(stream.tail()))
         .header("stream-up-to-date", "true")
         .header("cache-control", "no-store")
-        .header_if(stream.closed, "stream-closed", "true")
+        .header_if(stream.is_closed(), "stream-closed", "true")
         .with_body(body)
 }
 
@@ -241,7 +241,7 @@ pub fn poll(
                 .header("cache-control", PUBLIC_CACHE),
         );
     }
-    if !stream.closed && !timed_out {
+    if !stream.is_closed() && !timed_out {
         return None;
     }
     Some(
@@ -250,13 +250,13 @@ pub fn poll(
             .header("stream-up-to-date", "true")
             .header("stream-cursor", cursor)
             .header("cache-control", "no-store")
-            .header_if(stream.closed, "stream-closed", "true"),
+            .header_if(stream.is_closed(), "stream-closed", "true"),
     )
 }
 
 /// HEAD (§5.4): metadata, never cached, `Stream-TTL` as configured.
 pub fn head(req: &Request, table: &Table) -> Response {
-    let Some(stream) = table.get(req.key) else {
+    let Some(stream) = table.get_visible(req.key) else {
         return not_found("stream not found");
     };
     let tail = stream.tail();
@@ -264,8 +264,8 @@ pub fn head(req: &Request, table: &Table) -> Response {
         .header("content-type", stream.content_type.clone())
         .header("stream-next-offset", offset::format(tail))
         .header("cache-control", "no-store")
-        .header("etag", etag(stream, 0, tail, stream.closed))
-        .header_if(stream.closed, "stream-closed", "true");
+        .header("etag", etag(stream, 0, tail, stream.is_closed()))
+        .header_if(stream.is_closed(), "stream-closed", "true");
     if let Some(ttl) = stream.ttl_secs {
         reply = reply.header("stream-ttl", ttl.to_string());
     }

@@ -82,7 +82,7 @@ impl SseCursor {
             let end = window_end(stream, self.plan.surface, self.next, budget);
             write_data_event(&mut out, stream, self.plan.surface, self.next, end);
             self.next = end;
-            if end == stream.tail() && stream.closed {
+            if end == stream.tail() && stream.is_closed() {
                 write_closed(&mut out, end);
                 return SseStep {
                     bytes: out,
@@ -92,7 +92,7 @@ impl SseCursor {
             let up_to_date = end == stream.tail();
             self.write_control(&mut out, end, up_to_date, now_ms, seed);
         }
-        if stream.closed {
+        if stream.is_closed() {
             write_closed(&mut out, self.next);
             return SseStep {
                 bytes: out,

@@ -57,7 +57,8 @@ impl Harness {
         let action = decide_stream(&req, &self.table);
         if let Action::Commit { commands, .. } = &action {
             for command in commands.clone() {
-                self.table.apply(command);
+                let (applied, _) = self.table.apply(command);
+                self.table.publish(&applied);
             }
         }
         action

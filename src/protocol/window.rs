@@ -64,7 +64,7 @@ mod tests {
 
     fn stream(content_type: &str, data: &[u8]) -> Stream {
         let mut table = Table::default();
-        table.apply(Command::Create {
+        let (applied, _) = table.apply(Command::Create {
             key: "k".into(),
             content_type: content_type.into(),
             ttl_secs: None,
@@ -74,6 +74,7 @@ mod tests {
             data: data.to_vec(),
             now_ms: 0,
         });
+        table.publish(&applied);
         table.get("k").unwrap().clone()
     }
 

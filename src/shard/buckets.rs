@@ -75,7 +75,7 @@ fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
     let table = shard.table.borrow();
     table
         .keys_with_prefix(&key_prefix)
-        .filter(|(_, stream)| !stream.is_expired(now_ms))
+        .filter(|(_, stream)| stream.visible && !stream.is_expired(now_ms))
         .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
         .collect()
 }

@@ -41,7 +41,7 @@ pub async fn long_poll(
 /// The long-poll's answer now, if it has one (a deleted stream is a 404).
 fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Option<crate::protocol::Response> {
     let table = shard.table.borrow();
-    let Some(stream) = table.get(&plan.key) else {
+    let Some(stream) = table.get_visible(&plan.key) else {
         return Some(not_found("stream not found"));
     };
     let give_up = timed_out || shard.stopping.get();
@@ -52,7 +52,7 @@ pub async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep
     let head = shard
         .table
         .borrow()
-        .get(&plan.key)
+        .get_visible(&plan.key)
         .map(|stream| read::sse_head(stream, plan.surface));
     let Some(head) = head else {
         return respond(socket, not_found("stream not found"), keep, false).await;
@@ -84,7 +84,7 @@ async fn stream_events(
         let seen = signal.generation();
         let now_ms = clock::now_ms();
         let step = cursor.step(
-            shard.table.borrow().get(&cursor.plan.key),
+            shard.table.borrow().get_visible(&cursor.plan.key),
             now_ms,
             shard.next_random(),
             timed_out,

@@ -55,13 +55,15 @@ impl Shard {
         self.mesh.len()
     }
 
-    /// Applies a committed command and wakes the stream's waiters. Storage
-    /// is in memory for now: commit is immediate.
+    /// Applies a command and publishes it to readers. Storage is in memory
+    /// for now: commit is immediate.
     pub fn apply(&self, command: Command) {
-        let key = command.key().to_string();
-        let applied = self.table.borrow_mut().apply(command);
-        if applied.wake {
-            self.waiters.notify(&key);
+        let mut table = self.table.borrow_mut();
+        let (applied, _undo) = table.apply(command);
+        let wake = table.publish(&applied);
+        drop(table);
+        if wake {
+            self.waiters.notify(&applied.key);
         }
     }
 

@@ -25,6 +25,7 @@ pub struct Stream {
     /// Last read or write: `Stream-TTL` is a sliding idle window.
     pub last_access_ms: u64,
     pub last_write_ms: u64,
+    /// Closed as decided (head state, may not be durable yet).
     pub closed: bool,
     /// The producer write that closed the stream, so its retry is a duplicate.
     pub closed_by: Option<(String, u64, u64)>,
@@ -33,11 +34,27 @@ pub struct Stream {
     pub message_ends: Vec<u64>,
     pub stream_seq: Option<String>,
     pub producers: HashMap<String, ProducerState>,
+    /// Readers see only what is durable: whether the create is, and how far
+    /// data and closure are (`written >= synced >= visible`).
+    pub visible: bool,
+    pub visible_tail: u64,
+    pub visible_closed: bool,
 }
 
 impl Stream {
+    /// The durable tail: what readers may see.
     pub fn tail(&self) -> u64 {
+        self.visible_tail
+    }
+
+    /// The decided tail, durable or not: what writers build on.
+    pub fn head_tail(&self) -> u64 {
         self.data.len() as u64
+    }
+
+    /// Readers' view of closure.
+    pub fn is_closed(&self) -> bool {
+        self.visible_closed
     }
 
     /// Whether the stream has expired at `now_ms` (absolute expiry, or the

@@ -1,29 +1,69 @@
 //! The per-shard stream table and `apply`: the deterministic transition
-//! function shared by the live commit path and (later) recovery.
+//! function shared by the live commit path and recovery.
+//!
+//! Commands are applied to the head state when decided (so the next
+//! decision builds on them) and made visible to readers once durable
+//! (`publish`). A command whose commit fails is rolled back with the `Undo`
+//! that `apply` returned.
 
 use std::collections::HashMap;
 
-use super::command::Command;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::command::{Command, ProducerWrite};
 use super::state::{ProducerState, Stream};
 
 #[derive(Default)]
 pub struct Table {
     streams: HashMap<String, Stream>,
-    next_id: u64,
 }
 
-/// What `apply` did, for the shard to wake waiters and render replies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What `apply` did, for the shard to publish once the command is durable.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
-    /// The stream's tail after the command.
+    pub key: String,
+    /// The incarnation the command changed (0 for a delete).
+    pub stream_id: u64,
+    /// The stream's head tail and closure right after the command.
     pub tail: u64,
-    /// Whether data or closure changed (waiters must be woken).
-    pub wake: bool,
+    pub closed: bool,
+}
+
+/// How to take one applied command back.
+#[derive(Debug)]
+pub enum Undo {
+    /// Remove the stream the command created.
+    Create { key: String },
+    /// Restore data length, producer, closure and sequence state.
+    Write(Box<WriteUndo>),
+    /// Put the deleted stream back.
+    Delete {
+        key: String,
+        stream: Option<Box<Stream>>,
+    },
+}
+
+#[derive(Debug)]
+pub struct WriteUndo {
+    key: String,
+    data_len: usize,
+    ends_len: usize,
+    producer: Option<(String, Option<ProducerState>)>,
+    closed: bool,
+    closed_by: Option<(String, u64, u64)>,
+    stream_seq: Option<String>,
+    last_write_ms: u64,
+    last_access_ms: u64,
 }
 
 impl Table {
     pub fn get(&self, key: &str) -> Option<&Stream> {
         self.streams.get(key)
+    }
+
+    /// The stream as readers may see it: only once its create is durable.
+    pub fn get_visible(&self, key: &str) -> Option<&Stream> {
+        self.streams.get(key).filter(|s| s.visible)
     }
 
     pub fn len(&self) -> usize {
@@ -51,9 +91,10 @@ impl Table {
         }
     }
 
-    /// Applies one committed command. Commands were validated by `protocol`
-    /// against this same state, so a command that no longer fits is a bug.
-    pub fn apply(&mut self, command: Command) -> Applied {
+    /// Applies one decided command to the head state. Commands were
+    /// validated by `protocol` against this same state, so one that no
+    /// longer fits is a bug.
+    pub fn apply(&mut self, command: Command) -> (Applied, Undo) {
         match command {
             Command::Create { .. } => self.apply_create(command),
             Command::Append {
@@ -69,16 +110,9 @@ impl Table {
                     .get_mut(&key)
                     .expect("append to a missing stream");
                 assert!(!stream.closed, "append to a closed stream");
+                let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 push_data(stream, &data);
-                if let Some(p) = &producer {
-                    stream.producers.insert(
-                        p.id.clone(),
-                        ProducerState {
-                            epoch: p.epoch,
-                            last_seq: p.seq,
-                        },
-                    );
-                }
+                record_producer(stream, producer.as_ref());
                 if stream_seq.is_some() {
                     stream.stream_seq = stream_seq;
                 }
@@ -88,10 +122,7 @@ impl Table {
                 }
                 stream.last_write_ms = now_ms;
                 stream.last_access_ms = stream.last_access_ms.max(now_ms);
-                Applied {
-                    tail: stream.tail(),
-                    wake: true,
-                }
+                (applied(&key, stream), Undo::Write(Box::new(undo)))
             }
             Command::Close {
                 key,
@@ -102,36 +133,35 @@ impl Table {
                     .streams
                     .get_mut(&key)
                     .expect("close of a missing stream");
-                if let Some(p) = &producer {
-                    stream.producers.insert(
-                        p.id.clone(),
-                        ProducerState {
-                            epoch: p.epoch,
-                            last_seq: p.seq,
-                        },
-                    );
-                }
+                let undo = WriteUndo::capture(&key, stream, producer.as_ref());
+                record_producer(stream, producer.as_ref());
                 if !stream.closed {
                     stream.closed = true;
                     stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
                 }
                 stream.last_access_ms = stream.last_access_ms.max(now_ms);
-                Applied {
-                    tail: stream.tail(),
-                    wake: true,
-                }
+                (applied(&key, stream), Undo::Write(Box::new(undo)))
             }
             Command::Delete { key } => {
-                let removed = self.streams.remove(&key);
-                Applied {
-                    tail: removed.map_or(0, |s| s.tail()),
-                    wake: true,
-                }
+                let removed = self.streams.remove(&key).map(Box::new);
+                let done = Applied {
+                    key: key.clone(),
+                    stream_id: 0,
+                    tail: 0,
+                    closed: false,
+                };
+                (
+                    done,
+                    Undo::Delete {
+                        key,
+                        stream: removed,
+                    },
+                )
             }
         }
     }
 
-    fn apply_create(&mut self, command: Command) -> Applied {
+    fn apply_create(&mut self, command: Command) -> (Applied, Undo) {
         let Command::Create {
             key,
             content_type,
@@ -145,10 +175,13 @@ impl Table {
         else {
             unreachable!("apply_create takes Create only");
         };
-        self.next_id += 1;
+        assert!(
+            !self.streams.contains_key(&key),
+            "create over an existing stream"
+        );
         let json = crate::protocol::content_type::is_json(&content_type);
         let mut stream = Stream {
-            id: self.next_id,
+            id: incarnation_id(&key, now_ms),
             content_type,
             json,
             ttl_secs,
@@ -163,11 +196,118 @@ impl Table {
             message_ends: Vec::new(),
             stream_seq: None,
             producers: Default::default(),
+            visible: false,
+            visible_tail: 0,
+            visible_closed: false,
         };
         push_data(&mut stream, &data);
-        let tail = stream.tail();
-        self.streams.insert(key, stream);
-        Applied { tail, wake: true }
+        let done = applied(&key, &stream);
+        self.streams.insert(key.clone(), stream);
+        (done, Undo::Create { key })
+    }
+
+    /// Takes back one applied command (newest first when several).
+    pub fn undo(&mut self, undo: Undo) {
+        match undo {
+            Undo::Create { key } => {
+                self.streams.remove(&key);
+            }
+            Undo::Write(w) => {
+                if let Some(stream) = self.streams.get_mut(&w.key) {
+                    w.restore(stream);
+                }
+            }
+            Undo::Delete { key, stream } => {
+                if let Some(stream) = stream {
+                    self.streams.insert(key, *stream);
+                }
+            }
+        }
+    }
+
+    /// Makes a durable command visible to readers. Returns whether readers
+    /// of the stream must be woken.
+    pub fn publish(&mut self, applied: &Applied) -> bool {
+        let Some(stream) = self.streams.get_mut(&applied.key) else {
+            return true;
+        };
+        if stream.id != applied.stream_id {
+            return false;
+        }
+        stream.visible = true;
+        stream.visible_tail = stream.visible_tail.max(applied.tail);
+        stream.visible_closed |= applied.closed;
+        true
+    }
+
+    /// After recovery everything applied is durable.
+    pub fn publish_all(&mut self) {
+        for stream in self.streams.values_mut() {
+            stream.visible = true;
+            stream.visible_tail = stream.head_tail();
+            stream.visible_closed = stream.closed;
+        }
+    }
+}
+
+/// Stable across restarts (ETags survive them) and different for every
+/// incarnation of a key.
+fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
+    let mut bytes = key.as_bytes().to_vec();
+    bytes.extend_from_slice(&created_at_ms.to_le_bytes());
+    xxh3_64(&bytes).max(1)
+}
+
+fn applied(key: &str, stream: &Stream) -> Applied {
+    Applied {
+        key: key.to_string(),
+        stream_id: stream.id,
+        tail: stream.head_tail(),
+        closed: stream.closed,
+    }
+}
+
+fn record_producer(stream: &mut Stream, producer: Option<&ProducerWrite>) {
+    if let Some(p) = producer {
+        stream.producers.insert(
+            p.id.clone(),
+            ProducerState {
+                epoch: p.epoch,
+                last_seq: p.seq,
+            },
+        );
+    }
+}
+
+impl WriteUndo {
+    fn capture(key: &str, stream: &Stream, producer: Option<&ProducerWrite>) -> WriteUndo {
+        WriteUndo {
+            key: key.to_string(),
+            data_len: stream.data.len(),
+            ends_len: stream.message_ends.len(),
+            producer: producer.map(|p| (p.id.clone(), stream.producers.get(&p.id).copied())),
+            closed: stream.closed,
+            closed_by: stream.closed_by.clone(),
+            stream_seq: stream.stream_seq.clone(),
+            last_write_ms: stream.last_write_ms,
+            last_access_ms: stream.last_access_ms,
+        }
+    }
+
+    fn restore(self, stream: &mut Stream) {
+        stream.data.truncate(self.data_len);
+        stream.message_ends.truncate(self.ends_len);
+        if let Some((id, previous)) = self.producer {
+            match previous {
+                Some(state) => stream.producers.insert(id, state),
+                None => stream.producers.remove(&id),
+            };
+        }
+        stream.closed = self.closed;
+        stream.closed_by = self.closed_by;
+        stream.stream_seq = self.stream_seq;
+        stream.last_write_ms = self.last_write_ms;
+        stream.last_access_ms = self.last_access_ms;
     }
 }
 
@@ -177,7 +317,7 @@ fn push_data(stream: &mut Stream, data: &[u8]) {
     if data.is_empty() {
         return;
     }
-    let base = stream.tail();
+    let base = stream.head_tail();
     if stream.json {
         for newline in memchr::memchr_iter(b'\n', data) {
             stream.message_ends.push(base + newline as u64 + 1);
@@ -186,5 +326,84 @@ fn push_data(stream: &mut Stream, data: &[u8]) {
         stream.message_ends.push(base + data.len() as u64);
     }
     stream.data.extend_from_slice(data);
-    debug_assert_eq!(stream.message_ends.last().copied(), Some(stream.tail()));
+    debug_assert_eq!(
+        stream.message_ends.last().copied(),
+        Some(stream.head_tail())
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(key: &str, data: &[u8]) -> Command {
+        Command::Create {
+            key: key.into(),
+            content_type: "text/plain".into(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            data: data.to_vec(),
+            now_ms: 5,
+        }
+    }
+
+    fn append(key: &str, data: &[u8], producer: Option<ProducerWrite>, close: bool) -> Command {
+        Command::Append {
+            key: key.into(),
+            data: data.to_vec(),
+            producer,
+            stream_seq: Some("b".into()),
+            close,
+            now_ms: 9,
+        }
+    }
+
+    #[test]
+    fn readers_see_only_published_state() {
+        let mut table = Table::default();
+        let (created, _) = table.apply(create("k", b"ab"));
+        assert!(table.get_visible("k").is_none());
+        let (appended, _) = table.apply(append("k", b"cd", None, false));
+        assert!(table.publish(&created));
+        assert_eq!(table.get_visible("k").unwrap().tail(), 2);
+        assert!(table.publish(&appended));
+        assert_eq!(table.get_visible("k").unwrap().tail(), 4);
+    }
+
+    #[test]
+    fn undo_restores_the_previous_state_exactly() {
+        let mut table = Table::default();
+        let (created, _) = table.apply(create("k", b"ab"));
+        table.publish(&created);
+        let before = table.get("k").unwrap().clone();
+        let producer = ProducerWrite {
+            id: "p".into(),
+            epoch: 1,
+            seq: 0,
+        };
+        let (_, undo_append) = table.apply(append("k", b"cd", Some(producer), true));
+        let (_, undo_delete) = table.apply(Command::Delete { key: "k".into() });
+        table.undo(undo_delete);
+        table.undo(undo_append);
+        assert_eq!(table.get("k").unwrap(), &before);
+        let (_, undo_create) = table.apply(create("new", b""));
+        table.undo(undo_create);
+        assert!(table.get("new").is_none());
+    }
+
+    #[test]
+    fn publish_ignores_an_older_incarnation() {
+        let mut table = Table::default();
+        let (old, _) = table.apply(create("k", b"a"));
+        table.apply(Command::Delete { key: "k".into() });
+        let mut newer = create("k", b"");
+        if let Command::Create { now_ms, .. } = &mut newer {
+            *now_ms = 6;
+        }
+        table.apply(newer);
+        assert!(!table.publish(&old));
+        assert!(table.get_visible("k").is_none());
+    }
 }
