@@ -3,6 +3,33 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// When an acknowledged write is on disk (issue 3 "Group commit").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FsyncPolicy {
+    /// Every acknowledgement follows the fdatasync that covers it.
+    Always,
+    /// Acknowledge once written; sync at least every MS milliseconds. A
+    /// crash may lose the writes of the last MS milliseconds.
+    Interval(u64),
+}
+
+impl std::str::FromStr for FsyncPolicy {
+    type Err = ();
+
+    fn from_str(text: &str) -> Result<Self, ()> {
+        match text.split_once(':') {
+            None if text == "always" => Ok(FsyncPolicy::Always),
+            Some(("interval", ms)) => ms
+                .parse()
+                .ok()
+                .filter(|&ms| ms > 0)
+                .map(FsyncPolicy::Interval)
+                .ok_or(()),
+            _ => Err(()),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub listen: SocketAddr,
@@ -17,6 +44,9 @@ pub struct Config {
     /// A connection idle this long between requests is closed; a request
     /// whose head or body stalls this long gets 408.
     pub idle_timeout_ms: u64,
+    pub fsync: FsyncPolicy,
+    /// Size of each log segment file; a record never spans two.
+    pub segment_bytes: u64,
 }
 
 impl Default for Config {
@@ -29,8 +59,10 @@ impl Default for Config {
             sse_cycle_ms: 60_000,
             max_head_bytes: 16 << 10,
             max_headers: 100,
-            max_body_bytes: 64 << 20,
+            max_body_bytes: 32 << 20,
             idle_timeout_ms: 60_000,
+            fsync: FsyncPolicy::Always,
+            segment_bytes: 64 << 20,
         }
     }
 }
@@ -47,10 +79,15 @@ OPTIONS:
     --cores N                   shards (pinned threads), one per core [default: all cores]
     --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
-    --max-body-bytes N          largest request body; larger gets 413 [default: 67108864]
+    --max-body-bytes N          largest request body; larger gets 413 [default: 33554432]
     --max-head-bytes N          largest request head; larger gets 431 [default: 16384]
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close, stalled requests get 408 [default: 60000]
+    --fsync POLICY              always: acknowledge after fdatasync; interval:MS: acknowledge
+                                after the write and sync every MS (may lose MS of writes on a
+                                crash) [default: always]
+    --segment-bytes N           log segment size, a multiple of 4096 and at least
+                                --max-body-bytes + 64 KiB [default: 67108864]
     -h, --help                  print this help
 ";
 
@@ -80,6 +117,8 @@ impl Config {
                 "--max-head-bytes" => config.max_head_bytes = parse(name, &value()?)?,
                 "--max-headers" => config.max_headers = parse(name, &value()?)?,
                 "--idle-timeout-ms" => config.idle_timeout_ms = parse(name, &value()?)?,
+                "--fsync" => config.fsync = parse(name, &value()?)?,
+                "--segment-bytes" => config.segment_bytes = parse(name, &value()?)?,
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }
@@ -93,6 +132,14 @@ impl Config {
         }
         if self.long_poll_timeout_ms == 0 || self.sse_cycle_ms == 0 || self.idle_timeout_ms == 0 {
             return Err("timeouts must be positive".into());
+        }
+        if !self.segment_bytes.is_multiple_of(4096)
+            || self.segment_bytes < self.max_body_bytes + (64 << 10)
+        {
+            return Err(
+                "--segment-bytes must be a multiple of 4096 and at least --max-body-bytes + 65536"
+                    .into(),
+            );
         }
         if self.max_head_bytes < 1024 || self.max_headers < 8 {
             return Err("--max-head-bytes must be >= 1024 and --max-headers >= 8".into());

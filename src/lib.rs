@@ -6,7 +6,9 @@
 
 pub mod clock;
 pub mod config;
+pub mod datadir;
 pub mod http;
+pub mod log;
 pub mod protocol;
 pub mod shard;
 pub mod stream;

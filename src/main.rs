@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use rill::config::{Config, SERVE_HELP};
+use rill::datadir::DataDir;
 use rill::shard::{self, mesh::MeshMsg};
 
 const HELP: &str = "\
@@ -69,18 +70,18 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
 
 fn serve(config: Config) -> ExitCode {
     let signals = block_stop_signals();
-    if let Err(e) = std::fs::create_dir_all(&config.data_dir) {
-        eprintln!(
-            "rill: cannot create data dir {}: {e}",
-            config.data_dir.display()
-        );
-        return ExitCode::FAILURE;
-    }
+    let data = match DataDir::open(&config.data_dir, config.cores) {
+        Ok(data) => data,
+        Err(message) => {
+            eprintln!("rill: {message}");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = Arc::new(config);
-    let (handles, senders) = match shard::start(config.clone()) {
+    let (handles, senders) = match shard::start(config.clone(), &data) {
         Ok(started) => started,
-        Err(e) => {
-            eprintln!("rill: cannot listen on {}: {e}", config.listen);
+        Err(message) => {
+            eprintln!("rill: startup failed:\n{message}");
             return ExitCode::FAILURE;
         }
     };

@@ -10,6 +10,8 @@ use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::buckets::{self, StreamSummary};
 use crate::protocol::response::{Response, conflict, not_found};
+use crate::stream::Command;
+use crate::stream::codec::Entry;
 
 /// One bucket in a shard's replica of the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,20 +31,54 @@ pub fn admits_create(shard: &Shard, bucket: &str) -> Result<(), Response> {
     }
 }
 
+/// Applies a committed registry record to this shard's replica.
+pub fn apply_entry(shard: &Shard, entry: Entry) {
+    let mut registry = shard.buckets.borrow_mut();
+    match entry {
+        Entry::BucketCreate {
+            bucket,
+            created_at_ms,
+        } => {
+            registry.insert(
+                bucket,
+                Bucket {
+                    created_at_ms,
+                    frozen: false,
+                },
+            );
+        }
+        Entry::BucketDelete { bucket } => {
+            registry.remove(&bucket);
+        }
+        Entry::Stream(_) => unreachable!("stream commands are not registry changes"),
+    }
+}
+
+/// Logs a registry change on this shard, then acknowledges whether it
+/// committed.
+fn replicate(shard: &Rc<Shard>, entry: Entry, ack: flume::Sender<bool>) {
+    let ticket = shard.submit_bucket(entry);
+    monoio::spawn(async move {
+        let _ = ack.send(ticket.await.is_ok());
+    });
+}
+
 /// Applies replicated registry changes and answers scans (any shard).
-pub fn handle_mesh(shard: &Shard, msg: MeshMsg) {
+pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
     match msg {
         MeshMsg::BucketCreated {
             bucket,
             created_at_ms,
             ack,
         } => {
-            let entry = Bucket {
-                created_at_ms,
-                frozen: false,
-            };
-            shard.buckets.borrow_mut().insert(bucket, entry);
-            let _ = ack.send(());
+            replicate(
+                shard,
+                Entry::BucketCreate {
+                    bucket,
+                    created_at_ms,
+                },
+                ack,
+            );
         }
         MeshMsg::BucketFreeze {
             bucket,
@@ -52,11 +88,10 @@ pub fn handle_mesh(shard: &Shard, msg: MeshMsg) {
             if let Some(entry) = shard.buckets.borrow_mut().get_mut(&bucket) {
                 entry.frozen = frozen;
             }
-            let _ = reply.send(scan(shard, &bucket, "").len());
+            let _ = reply.send(live_streams(shard, &bucket));
         }
         MeshMsg::BucketDeleted { bucket, ack } => {
-            shard.buckets.borrow_mut().remove(&bucket);
-            let _ = ack.send(());
+            replicate(shard, Entry::BucketDelete { bucket }, ack);
         }
         MeshMsg::ScanBucket {
             bucket,
@@ -78,6 +113,25 @@ fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
         .filter(|(_, stream)| stream.visible && !stream.is_expired(now_ms))
         .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
         .collect()
+}
+
+/// Streams of `bucket` on this shard that a bucket delete must wait for:
+/// every stream of the head state, durable or not; expired ones are reaped.
+fn live_streams(shard: &Shard, bucket: &str) -> usize {
+    let key_prefix = format!("{bucket}/");
+    let now_ms = clock::now_ms();
+    let mut live = 0;
+    let mut reaps = Vec::new();
+    for (key, stream) in shard.table.borrow().keys_with_prefix(&key_prefix) {
+        match stream.is_expired(now_ms) {
+            true => reaps.push(Command::Delete { key: key.clone() }),
+            false => live += 1,
+        }
+    }
+    if !reaps.is_empty() {
+        drop(shard.submit(reaps));
+    }
+    live
 }
 
 async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
@@ -110,7 +164,9 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
                 created_at_ms,
                 ack,
             };
-            shard.mesh.gather(make).await;
+            if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
+                return unavailable("the bucket could not be logged on every shard");
+            }
             buckets::json_reply(
                 201,
                 &serde_json::json!({ "bucket_id": bucket, "created_at_ms": created_at_ms }),
@@ -153,14 +209,18 @@ async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Res
         shard.mesh.gather(freeze(false)).await;
         return conflict("bucket_not_empty", "bucket still has streams");
     }
-    shard
-        .mesh
-        .gather(|ack| MeshMsg::BucketDeleted {
-            bucket: bucket.to_string(),
-            ack,
-        })
-        .await;
+    let make = |ack| MeshMsg::BucketDeleted {
+        bucket: bucket.to_string(),
+        ack,
+    };
+    if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
+        return unavailable("the bucket deletion could not be logged on every shard");
+    }
     Response::new(204)
+}
+
+fn unavailable(message: &str) -> Response {
+    Response::error(503, "storage_unavailable", message).header("retry-after", "1")
 }
 
 /// GET `/{bucket_id}/streams` (extensions §1.4).

@@ -6,6 +6,7 @@ use std::rc::Rc;
 
 use monoio::net::TcpStream;
 
+use super::commit::CommitError;
 use super::conn::respond;
 use super::{Shard, buckets, live};
 use crate::clock;
@@ -60,6 +61,17 @@ pub async fn handle(
     respond(socket, reply, keep, is_head).await
 }
 
+/// A commit failed: 507 when the disk is full, else 503; both retryable.
+fn commit_failed(error: &CommitError) -> Response {
+    let (status, code) = if error.no_space {
+        (507, "insufficient_storage")
+    } else {
+        (503, "storage_unavailable")
+    };
+    let message = format!("the write was not committed: {}", error.message);
+    Response::error(status, code, &message).header("retry-after", "1")
+}
+
 struct StreamRequest<'a> {
     head: &'a RequestHead,
     body: &'a [u8],
@@ -96,7 +108,8 @@ async fn stream_request(
     let now_ms = clock::now_ms();
     let expired = protocol::reap_expired(&shard.table.borrow(), sr.key, now_ms);
     if let Some(command) = expired {
-        shard.apply(command);
+        // Not awaited: whatever this request answers waits for it below.
+        drop(shard.submit(vec![command]));
     }
     let req = Request {
         head: sr.head,
@@ -111,11 +124,24 @@ async fn stream_request(
         shard.table.borrow_mut().touch(sr.key, now_ms);
     }
     match action {
-        Action::Reply(reply) => respond(socket, reply, keep, is_head).await,
+        Action::Reply(reply) => {
+            // A write's answer rests on the head state: it may go out only
+            // once everything it saw is committed. Reads see published state.
+            let writes = matches!(sr.head.method, Method::Put | Method::Post | Method::Delete);
+            let reply = match writes {
+                true => shard
+                    .barrier()
+                    .await
+                    .map_or_else(|e| commit_failed(&e), |()| reply),
+                false => reply,
+            };
+            respond(socket, reply, keep, is_head).await
+        }
         Action::Commit { commands, reply } => {
-            for command in commands {
-                shard.apply(command);
-            }
+            let reply = shard
+                .submit(commands)
+                .await
+                .map_or_else(|e| commit_failed(&e), |()| reply);
             respond(socket, reply, keep, is_head).await
         }
         Action::Read(plan) => match plan.mode {

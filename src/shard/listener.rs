@@ -9,8 +9,9 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, conn, guard};
+use super::{Shard, buckets, conn, guard, startup, writer};
 use crate::config::Config;
+use crate::stream::codec::Entry;
 
 /// Binds one SO_REUSEPORT listener per shard on the same address. Port 0 is
 /// resolved by the first bind so every shard shares the port.
@@ -67,6 +68,8 @@ pub fn run_shard(
     mesh: Mesh,
     listener: std::net::TcpListener,
     inbox: flume::Receiver<MeshMsg>,
+    dir: std::path::PathBuf,
+    startup: startup::Startup,
 ) {
     pin_to_cpu(index);
     let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
@@ -75,8 +78,28 @@ pub fn run_shard(
         .build()
         .unwrap_or_else(|e| panic!("shard {index}: cannot start io_uring runtime: {e}"));
     runtime.block_on(async move {
-        let shard = Rc::new(Shard::new(index, config, mesh));
+        let Some(ready) = startup::start(index, &config, dir, startup).await else {
+            return;
+        };
+        let fsync = config.fsync;
+        let shard = Rc::new(Shard::new(index, config, mesh, ready.table, ready.next_seq));
+        *shard.buckets.borrow_mut() = ready.buckets;
+        monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
+        for (bucket, created_at_ms) in ready.missing {
+            if let Err(e) = shard
+                .submit_bucket(Entry::BucketCreate {
+                    bucket,
+                    created_at_ms,
+                })
+                .await
+            {
+                eprintln!(
+                    "rill: shard {index}: cannot log a replicated bucket: {}",
+                    e.message
+                );
+            }
+        }
         match monoio::net::TcpListener::from_std(listener) {
             Ok(listener) => accept_loop(shard, listener).await,
             Err(e) => eprintln!("rill: shard {index}: listener: {e}"),

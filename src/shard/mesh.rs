@@ -13,11 +13,11 @@ pub enum MeshMsg {
         socket: StdTcpStream,
         buffered: Vec<u8>,
     },
-    /// Replicate a bucket creation; acknowledge once applied.
+    /// Replicate a bucket creation; acknowledge whether it committed.
     BucketCreated {
         bucket: String,
         created_at_ms: u64,
-        ack: flume::Sender<()>,
+        ack: flume::Sender<bool>,
     },
     /// Freeze (or thaw) a bucket against stream creation and report how
     /// many streams of it this shard holds, in one step.
@@ -26,10 +26,10 @@ pub enum MeshMsg {
         frozen: bool,
         reply: flume::Sender<usize>,
     },
-    /// Replicate a bucket deletion; acknowledge once applied.
+    /// Replicate a bucket deletion; acknowledge whether it committed.
     BucketDeleted {
         bucket: String,
-        ack: flume::Sender<()>,
+        ack: flume::Sender<bool>,
     },
     /// Summaries of this shard's streams of `bucket` whose id starts with `prefix`.
     ScanBucket {

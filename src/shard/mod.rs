@@ -3,6 +3,7 @@
 //! This is the only layer that ties protocol decisions to sockets.
 
 pub mod buckets;
+pub mod commit;
 pub mod conn;
 pub mod dispatch;
 pub mod guard;
@@ -11,6 +12,8 @@ pub mod live;
 pub mod mesh;
 pub mod placement;
 pub mod signal;
+pub mod startup;
+pub mod writer;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -18,7 +21,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::stream::codec::Entry;
 use crate::stream::{Command, Table};
+use commit::{CommitError, Commits, Effect, Ticket};
 use mesh::{Mesh, MeshMsg};
 use signal::{Signal, Waiters};
 
@@ -33,20 +38,28 @@ pub struct Shard {
     pub buckets: RefCell<BTreeMap<String, buckets::Bucket>>,
     pub stopping: Cell<bool>,
     pub stop: Rc<Signal>,
+    pub commits: Commits,
     jitter: Cell<u64>,
 }
 
 impl Shard {
-    pub fn new(index: usize, config: Arc<Config>, mesh: Mesh) -> Shard {
+    pub fn new(
+        index: usize,
+        config: Arc<Config>,
+        mesh: Mesh,
+        table: Table,
+        next_seq: u64,
+    ) -> Shard {
         Shard {
             index,
             config,
-            table: RefCell::new(Table::default()),
+            table: RefCell::new(table),
             waiters: Waiters::default(),
             mesh,
             buckets: RefCell::new(BTreeMap::new()),
             stopping: Cell::new(false),
             stop: Rc::new(Signal::default()),
+            commits: Commits::new(next_seq),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -55,15 +68,61 @@ impl Shard {
         self.mesh.len()
     }
 
-    /// Applies a command and publishes it to readers. Storage is in memory
-    /// for now: commit is immediate.
-    pub fn apply(&self, command: Command) {
-        let mut table = self.table.borrow_mut();
-        let (applied, _undo) = table.apply(command);
-        let wake = table.publish(&applied);
-        drop(table);
-        if wake {
-            self.waiters.notify(&applied.key);
+    /// Applies decided commands to the head state and queues their log
+    /// records; the ticket completes once all of them are committed.
+    pub fn submit(&self, commands: Vec<Command>) -> Ticket {
+        assert!(!commands.is_empty(), "nothing to commit");
+        for command in commands {
+            let entry = Entry::Stream(command);
+            let seq = self.commits.enqueue(&entry);
+            let Entry::Stream(command) = entry else {
+                unreachable!("built above")
+            };
+            let (applied, undo) = self.table.borrow_mut().apply(command);
+            self.commits.track(seq, Effect::Stream { applied, undo });
+        }
+        self.commits.ticket().expect("entries were just submitted")
+    }
+
+    /// Logs a bucket registry change; it applies once committed.
+    pub fn submit_bucket(&self, entry: Entry) -> Ticket {
+        let seq = self.commits.enqueue(&entry);
+        self.commits.track(seq, Effect::Bucket(entry));
+        self.commits.ticket().expect("entry was just submitted")
+    }
+
+    /// Waits until everything decided so far is committed: a reply built
+    /// on the head state may go out only then.
+    pub async fn barrier(&self) -> Result<(), CommitError> {
+        match self.commits.ticket() {
+            Some(ticket) => ticket.await,
+            None => Ok(()),
+        }
+    }
+
+    /// Publishes a committed batch to readers and completes its tickets.
+    pub fn on_committed(&self, seq: u64) {
+        for (effect, tickets) in self.commits.committed(seq) {
+            match effect {
+                Effect::Stream { applied, .. } => {
+                    if self.table.borrow_mut().publish(&applied) {
+                        self.waiters.notify(&applied.key);
+                    }
+                }
+                Effect::Bucket(entry) => buckets::apply_entry(self, entry),
+            }
+            commit::complete(tickets, &Ok(()));
+        }
+    }
+
+    /// Rolls back everything uncommitted after a failed batch.
+    pub fn on_failed(&self, error: &std::io::Error) {
+        let failure = Err(CommitError::from_io(error));
+        for (effect, tickets) in self.commits.failed() {
+            if let Effect::Stream { undo, .. } = effect {
+                self.table.borrow_mut().undo(undo);
+            }
+            commit::complete(tickets, &failure);
         }
     }
 
@@ -91,20 +150,41 @@ pub type Started = (
     Vec<flume::Sender<MeshMsg>>,
 );
 
-/// Starts `config.cores` shard threads and returns their join handles and
-/// the mesh senders (to deliver shutdown).
-pub fn start(config: Arc<Config>) -> std::io::Result<Started> {
-    let listeners = listener::bind_all(config.listen, config.cores)?;
+/// Starts `config.cores` shard threads, waits until every shard recovered
+/// its log, and returns their join handles and mesh senders. `Err` carries
+/// what stopped startup (the threads have ended then).
+pub fn start(config: Arc<Config>, data: &crate::datadir::DataDir) -> Result<Started, String> {
+    let listeners = listener::bind_all(config.listen, config.cores)
+        .map_err(|e| format!("cannot listen on {}: {e}", config.listen))?;
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..config.cores).map(|_| flume::unbounded()).unzip();
+    let (report_tx, reports) = std::sync::mpsc::channel();
+    let mut unions = Vec::new();
     let mut handles = Vec::new();
     for (index, (listener, inbox)) in listeners.into_iter().zip(receivers).enumerate() {
-        let config = config.clone();
-        let mesh = Mesh::new(index, senders.clone());
+        let (union_tx, union) = std::sync::mpsc::channel();
+        unions.push(union_tx);
+        let startup = startup::Startup {
+            report: report_tx.clone(),
+            union,
+        };
+        let (config, mesh, dir) = (
+            config.clone(),
+            Mesh::new(index, senders.clone()),
+            data.shard_dir(index),
+        );
         let handle = std::thread::Builder::new()
             .name(format!("rill-shard-{index}"))
-            .spawn(move || listener::run_shard(index, config, mesh, listener, inbox))?;
+            .spawn(move || listener::run_shard(index, config, mesh, listener, inbox, dir, startup))
+            .map_err(|e| format!("cannot start shard {index}: {e}"))?;
         handles.push(handle);
+    }
+    drop(report_tx);
+    if let Err(message) = startup::coordinate(reports, &unions) {
+        for handle in handles {
+            let _ = handle.join();
+        }
+        return Err(message);
     }
     Ok((handles, senders))
 }

@@ -91,6 +91,20 @@ impl Table {
         }
     }
 
+    /// Whether `command` fits the current state (recovery checks records
+    /// before replaying them, so an inconsistent log cannot panic).
+    pub fn check(&self, command: &Command) -> Result<(), &'static str> {
+        let stream = self.streams.get(command.key());
+        match (command, stream) {
+            (Command::Create { .. }, Some(_)) => Err("create of an existing stream"),
+            (Command::Append { .. } | Command::Close { .. }, None) => {
+                Err("write to a missing stream")
+            }
+            (Command::Append { .. }, Some(s)) if s.closed => Err("append to a closed stream"),
+            _ => Ok(()),
+        }
+    }
+
     /// Applies one decided command to the head state. Commands were
     /// validated by `protocol` against this same state, so one that no
     /// longer fits is a bug.

@@ -221,6 +221,8 @@ fn spawn(addr: &SocketAddr, data_dir: &PathBuf, stderr_path: &PathBuf, args: &[S
         .arg(data_dir)
         .arg("--long-poll-timeout-ms")
         .arg("1000")
+        // Small log segments: every server start preallocates one per shard.
+        .args(["--segment-bytes", "4194304", "--max-body-bytes", "2097152"])
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(log2))

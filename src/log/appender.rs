@@ -1,0 +1,227 @@
+//! The write side of one shard's log (issue 3 "The log", "Group commit"):
+//! batches of framed records go to the current segment through one aligned
+//! O_DIRECT write that starts at the block holding the end of the data (the
+//! partial last block is kept in memory and written again), then one data
+//! sync. Segments are preallocated (zero-filled) ahead of need, in the
+//! background, so commits overwrite blocks that were already written.
+//!
+//! A batch never spans segments: when it does not fit, the log moves to the
+//! next segment first (the old one ends with zeros). After a failed write or
+//! sync the written range is scrubbed back to zeros, so a restart cannot
+//! resurrect records whose writers were told they failed; until a scrub
+//! succeeds the appender refuses writes.
+
+use std::io;
+use std::rc::Rc;
+
+use super::aligned::{AlignedBuf, BLOCK};
+use super::storage::{SegmentFile, Storage};
+
+/// Where the data of the log ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogEnd {
+    pub segment: u64,
+    pub pos: u64,
+}
+
+pub struct Appender<S: Storage + 'static> {
+    storage: Rc<S>,
+    segment_bytes: u64,
+    segment: u64,
+    file: S::File,
+    /// End of the data in the current segment.
+    write_pos: u64,
+    /// The bytes of the partial block `[block_start, write_pos)`.
+    tail: Vec<u8>,
+    /// The next segment, being preallocated in the background.
+    spare: Option<monoio::task::JoinHandle<io::Result<()>>>,
+    /// A failed batch left bytes in `[from, to)` that a scrub must zero.
+    dirty: Option<(u64, u64)>,
+    written_unsynced: bool,
+}
+
+fn block_start(pos: u64) -> u64 {
+    pos - pos % BLOCK as u64
+}
+
+impl<S: Storage + 'static> Appender<S> {
+    /// Opens the log for appending at `end` (from recovery), whose partial
+    /// block holds `tail`. A log without segments starts at segment 1.
+    /// `scrub_to`: recovery found a torn tail; the segment is zeroed from
+    /// the partial block up to there before anything is written.
+    pub async fn open(
+        storage: Rc<S>,
+        segment_bytes: u64,
+        end: Option<LogEnd>,
+        tail: Vec<u8>,
+        scrub_to: Option<u64>,
+    ) -> io::Result<Self> {
+        assert!(segment_bytes >= 2 * BLOCK as u64 && segment_bytes.is_multiple_of(BLOCK as u64));
+        let end = match end {
+            Some(end) => end,
+            None => {
+                storage.preallocate(1, segment_bytes).await?;
+                LogEnd { segment: 1, pos: 0 }
+            }
+        };
+        assert_eq!(
+            tail.len() as u64,
+            end.pos - block_start(end.pos),
+            "tail must be the partial block"
+        );
+        let file = storage.open(end.segment).await?;
+        let mut appender = Appender {
+            storage,
+            segment_bytes,
+            segment: end.segment,
+            file,
+            write_pos: end.pos,
+            tail,
+            spare: None,
+            dirty: scrub_to.map(|to| (block_start(end.pos), to.max(block_start(end.pos)))),
+            written_unsynced: false,
+        };
+        appender.scrub().await?;
+        appender.prepare_spare();
+        Ok(appender)
+    }
+
+    pub fn end(&self) -> LogEnd {
+        LogEnd {
+            segment: self.segment,
+            pos: self.write_pos,
+        }
+    }
+
+    /// The most bytes one batch may carry: a whole empty segment.
+    pub fn max_batch_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// Starts preallocating the next segment once the current one is half
+    /// full, early enough to be ready before it is needed.
+    fn prepare_spare(&mut self) {
+        if self.spare.is_some() || self.write_pos < self.segment_bytes / 2 {
+            return;
+        }
+        let storage = self.storage.clone();
+        let (next, bytes) = (self.segment + 1, self.segment_bytes);
+        let exists = storage.list().map(|l| l.contains(&next)).unwrap_or(false);
+        self.spare = Some(monoio::spawn(async move {
+            if exists {
+                Ok(())
+            } else {
+                storage.preallocate(next, bytes).await
+            }
+        }));
+    }
+
+    /// Moves to the next segment (waiting for its preallocation).
+    async fn roll(&mut self) -> io::Result<()> {
+        self.sync().await?;
+        let ready = match self.spare.take() {
+            Some(handle) => handle.await,
+            None => {
+                let next = self.segment + 1;
+                let exists = self.storage.list()?.contains(&next);
+                if exists {
+                    Ok(())
+                } else {
+                    self.storage.preallocate(next, self.segment_bytes).await
+                }
+            }
+        };
+        if let Err(e) = ready {
+            self.prepare_spare();
+            return Err(e);
+        }
+        self.file = self.storage.open(self.segment + 1).await?;
+        self.segment += 1;
+        self.write_pos = 0;
+        self.tail.clear();
+        self.prepare_spare();
+        Ok(())
+    }
+
+    /// Writes `records` (whole framed records) after the data and, when
+    /// `sync`, makes them durable. On error nothing of the batch may count:
+    /// the caller rolls back everything it had not seen committed.
+    pub async fn append(&mut self, records: &[u8], sync: bool) -> io::Result<()> {
+        assert!(
+            records.len() as u64 <= self.segment_bytes,
+            "batch larger than a segment"
+        );
+        self.scrub().await?;
+        if self.write_pos + records.len() as u64 > self.segment_bytes {
+            self.roll().await?;
+        }
+        let start = block_start(self.write_pos);
+        let mut buf = AlignedBuf::with_capacity(self.tail.len() + records.len());
+        buf.extend_from_slice(&self.tail);
+        buf.extend_from_slice(records);
+        let end = start + buf.len() as u64;
+        let new_tail = buf.as_slice()[(block_start(end) - start) as usize..].to_vec();
+        buf.pad_to_block();
+        let written = start + buf.len() as u64;
+        if let Err(e) = self.write_all(buf, start).await {
+            self.dirty = Some((start, written));
+            return Err(e);
+        }
+        self.written_unsynced = true;
+        if sync && let Err(e) = self.sync().await {
+            self.dirty = Some((start, written));
+            return Err(e);
+        }
+        self.tail = new_tail;
+        self.write_pos = end;
+        self.prepare_spare();
+        Ok(())
+    }
+
+    async fn write_all(&self, mut buf: AlignedBuf, mut pos: u64) -> io::Result<()> {
+        loop {
+            let total = buf.len();
+            let (result, back) = self.file.write_at(buf, pos).await;
+            let n = result?;
+            if n == total {
+                return Ok(());
+            }
+            if n == 0 || n % BLOCK != 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write: {n} of {total} bytes"),
+                ));
+            }
+            let mut rest = AlignedBuf::with_capacity(total - n);
+            rest.extend_from_slice(&back.as_slice()[n..]);
+            buf = rest;
+            pos += n as u64;
+        }
+    }
+
+    /// Makes every write so far durable.
+    pub async fn sync(&mut self) -> io::Result<()> {
+        if self.written_unsynced {
+            self.file.sync_data().await?;
+            self.written_unsynced = false;
+        }
+        Ok(())
+    }
+
+    /// Zeroes what a failed batch may have left behind (keeping the data
+    /// before `write_pos`), and syncs. Errors leave the appender refusing.
+    async fn scrub(&mut self) -> io::Result<()> {
+        let Some((from, to)) = self.dirty else {
+            return Ok(());
+        };
+        debug_assert_eq!(from, block_start(self.write_pos));
+        let mut buf = AlignedBuf::with_capacity((to - from) as usize);
+        buf.resize_zeroed((to - from) as usize);
+        buf.as_mut_slice()[..self.tail.len()].copy_from_slice(&self.tail);
+        self.write_all(buf, from).await?;
+        self.file.sync_data().await?;
+        self.dirty = None;
+        self.written_unsynced = false;
+        Ok(())
+    }
+}

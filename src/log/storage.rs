@@ -1,0 +1,727 @@
+//! The storage seam of the segment log.
+//!
+//! This file owns every path from the log to the disk: the [`SegmentFile`]
+//! and [`Storage`] traits, the real O_DIRECT + io_uring implementation
+//! ([`DirectStorage`] / [`DirectFile`]), crash-safe segment preallocation,
+//! and the fault-injecting wrapper ([`FaultyStorage`]) that tests use to
+//! simulate EIO, ENOSPC and short writes.
+//!
+//! Segment files live in one directory as `{index:020}.seg`. All positioned
+//! I/O is in whole [`BLOCK`]s at `BLOCK`-aligned offsets; the implementations
+//! assert this even when O_DIRECT is unavailable, so tests on filesystems
+//! without O_DIRECT catch misaligned I/O too.
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::aligned::{AlignedBuf, BLOCK};
+
+/// Size of each zero-filling write issued by preallocation.
+pub const PREALLOC_CHUNK: usize = 1 << 20;
+
+const SEG_SUFFIX: &str = ".seg";
+const TMP_SUFFIX: &str = ".seg.tmp";
+const INDEX_DIGITS: usize = 20;
+
+/// One open segment file (O_DIRECT): positioned, aligned I/O and data sync.
+///
+/// `write_at` writes `buf.as_slice()` (length a multiple of `BLOCK`) at a
+/// `BLOCK`-aligned `pos` and may report a short count. `read_at` reads up to
+/// `buf.capacity()` bytes at a `BLOCK`-aligned `pos`; on `Ok(n)` the returned
+/// buffer's `len()` is `n` (0 at end of file).
+#[allow(async_fn_in_trait)]
+pub trait SegmentFile {
+    async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf);
+    async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf);
+    async fn sync_data(&self) -> io::Result<()>;
+}
+
+/// A directory of segment files `{index:020}.seg`.
+///
+/// `create_tmp`, `publish_tmp` and `discard_tmp` are the building blocks of
+/// [`Storage::preallocate`] (so wrappers can intercept its I/O); the log
+/// itself should only call `preallocate`.
+#[allow(async_fn_in_trait)]
+pub trait Storage {
+    type File: SegmentFile;
+
+    /// Existing segment indexes in ascending order (ignores other names;
+    /// removes leftover `*.seg.tmp` files from an interrupted preallocation,
+    /// but not those of a preallocation in flight on this same value).
+    fn list(&self) -> io::Result<Vec<u64>>;
+
+    /// Opens existing segment `index` read-write (O_DIRECT when supported).
+    async fn open(&self, index: u64) -> io::Result<Self::File>;
+
+    /// Creates (or truncates) `{index}.seg.tmp` for writing.
+    async fn create_tmp(&self, index: u64) -> io::Result<Self::File>;
+
+    /// Renames `{index}.seg.tmp` to `{index}.seg` and fsyncs the directory.
+    async fn publish_tmp(&self, index: u64) -> io::Result<()>;
+
+    /// Best-effort removal of `{index}.seg.tmp` after a failed preallocation.
+    async fn discard_tmp(&self, index: u64);
+
+    /// Unlinks segment `index` and fsyncs the directory.
+    async fn remove(&self, index: u64) -> io::Result<()>;
+
+    /// Path of segment `index`.
+    fn path(&self, index: u64) -> PathBuf;
+
+    /// Creates segment `index` of `bytes` length (a multiple of `BLOCK`)
+    /// filled with zeros, crash-safely: zeros go to `{index}.seg.tmp` through
+    /// the `SegmentFile` path in 1 MiB aligned writes, then `sync_data`,
+    /// rename to `{index}.seg`, fsync the directory. Each write is an await,
+    /// so this can run in the background beside commits. On failure the tmp
+    /// file is removed (best effort) and no `{index}.seg` appears.
+    async fn preallocate(&self, index: u64, bytes: u64) -> io::Result<()> {
+        assert_eq!(
+            bytes % BLOCK as u64,
+            0,
+            "segment size must be BLOCK-aligned"
+        );
+        let file = self.create_tmp(index).await?;
+        let filled = async {
+            zero_fill(&file, bytes).await?;
+            file.sync_data().await
+        }
+        .await;
+        drop(file);
+        match filled {
+            Ok(()) => self.publish_tmp(index).await,
+            Err(e) => {
+                self.discard_tmp(index).await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Writes `bytes` of zeros from offset 0 in `PREALLOC_CHUNK` writes. A short
+/// write is continued from where it stopped; a zero-byte write is an error.
+async fn zero_fill<F: SegmentFile>(file: &F, bytes: u64) -> io::Result<()> {
+    let chunk = PREALLOC_CHUNK.min(bytes as usize).max(BLOCK);
+    let mut buf = AlignedBuf::with_capacity(chunk);
+    let mut pos = 0u64;
+    while pos < bytes {
+        let want = chunk.min((bytes - pos) as usize);
+        // Writes never modify the buffer, and growing it zero-fills, so it
+        // stays all-zero.
+        buf.resize_zeroed(want);
+        let (res, back) = file.write_at(buf, pos).await;
+        buf = back;
+        let n = res?;
+        if n == 0 || n % BLOCK != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("preallocation write at {pos} transferred {n} of {want} bytes"),
+            ));
+        }
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+/// File name of segment `index`.
+fn seg_name(index: u64) -> String {
+    format!("{index:0width$}{SEG_SUFFIX}", width = INDEX_DIGITS)
+}
+
+/// File name of the preallocation temp file for segment `index`.
+fn tmp_name(index: u64) -> String {
+    format!("{index:0width$}{TMP_SUFFIX}", width = INDEX_DIGITS)
+}
+
+/// Parses `{index:020}.seg` strictly; anything else is `None`.
+fn parse_seg_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(SEG_SUFFIX)?;
+    if digits.len() != INDEX_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Real storage: one directory, O_DIRECT files driven through monoio io_uring.
+///
+/// Not `Sync`: one shard thread owns it (share it with `Rc`).
+#[derive(Debug)]
+pub struct DirectStorage {
+    dir: PathBuf,
+    direct: bool,
+    /// Indexes whose `.seg.tmp` is being filled right now; `list` spares them.
+    tmp_in_flight: RefCell<HashSet<u64>>,
+}
+
+/// A segment file opened by [`DirectStorage`].
+#[derive(Debug)]
+pub struct DirectFile {
+    file: monoio::fs::File,
+}
+
+/// Ensures the O_DIRECT fallback warning is printed once per process.
+static FALLBACK_WARNED: AtomicBool = AtomicBool::new(false);
+
+impl DirectStorage {
+    /// Creates `dir` (and parents), fsyncs its parent so the directory entry
+    /// is durable, and probes whether the filesystem accepts O_DIRECT.
+    pub fn new(dir: impl Into<PathBuf>) -> io::Result<Self> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fsync_dir_blocking(parent)?;
+        }
+        let direct = probe_direct(&dir)?;
+        if !direct && !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
+            eprintln!(
+                "rill: O_DIRECT not supported under {}; segment I/O falls back to buffered",
+                dir.display()
+            );
+        }
+        Ok(Self {
+            dir,
+            direct,
+            tmp_in_flight: RefCell::default(),
+        })
+    }
+
+    /// Whether segment files are opened with O_DIRECT.
+    pub fn direct_io(&self) -> bool {
+        self.direct
+    }
+
+    /// The segment directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn open_options(&self) -> std::fs::OpenOptions {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.read(true).write(true);
+        if self.direct {
+            opts.custom_flags(libc::O_DIRECT);
+        }
+        opts
+    }
+
+    fn open_with(&self, opts: &std::fs::OpenOptions, path: &Path) -> io::Result<DirectFile> {
+        let std_file = opts.open(path)?;
+        Ok(DirectFile {
+            file: monoio::fs::File::from_std(std_file)?,
+        })
+    }
+
+    /// Removes a leftover `*.seg.tmp` unless its preallocation is in flight.
+    fn remove_stale_tmp(&self, entry: &std::fs::DirEntry, name: &str) -> io::Result<()> {
+        let in_flight = name
+            .strip_suffix(TMP_SUFFIX)
+            .and_then(|digits| digits.parse::<u64>().ok())
+            .is_some_and(|index| self.tmp_in_flight.borrow().contains(&index));
+        if in_flight || !entry.file_type()?.is_file() {
+            return Ok(());
+        }
+        std::fs::remove_file(entry.path())
+    }
+
+    /// Fsyncs the segment directory through io_uring.
+    async fn fsync_dir(&self) -> io::Result<()> {
+        let dir = monoio::fs::File::from_std(std::fs::File::open(&self.dir)?)?;
+        dir.sync_all().await
+    }
+}
+
+/// Opens (creating) a probe file with O_DIRECT; EINVAL means unsupported.
+fn probe_direct(dir: &Path) -> io::Result<bool> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let probe = dir.join(".odirect-probe");
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe);
+    let direct = match opened {
+        Ok(_) => true,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => false,
+        Err(e) => return Err(e),
+    };
+    match std::fs::remove_file(&probe) {
+        Ok(()) => Ok(direct),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(direct),
+        Err(e) => Err(e),
+    }
+}
+
+/// Fsyncs a directory with a blocking syscall (used only at construction).
+fn fsync_dir_blocking(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn assert_aligned_pos(pos: u64) {
+    assert_eq!(
+        pos % BLOCK as u64,
+        0,
+        "segment I/O offset {pos} not BLOCK-aligned"
+    );
+}
+
+impl SegmentFile for DirectFile {
+    async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        assert_aligned_pos(pos);
+        assert_eq!(
+            buf.len() % BLOCK,
+            0,
+            "segment write length {} not BLOCK-aligned",
+            buf.len()
+        );
+        self.file.write_at(buf, pos).await
+    }
+
+    async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        assert_aligned_pos(pos);
+        self.file.read_at(buf, pos).await
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data().await
+    }
+}
+
+impl Storage for DirectStorage {
+    type File = DirectFile;
+
+    fn list(&self) -> io::Result<Vec<u64>> {
+        let mut indexes = Vec::new();
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(TMP_SUFFIX) {
+                self.remove_stale_tmp(&entry, name)?;
+            } else if let Some(index) = parse_seg_name(name) {
+                indexes.push(index);
+            }
+        }
+        indexes.sort_unstable();
+        Ok(indexes)
+    }
+
+    async fn open(&self, index: u64) -> io::Result<DirectFile> {
+        self.open_with(&self.open_options(), &self.path(index))
+    }
+
+    async fn create_tmp(&self, index: u64) -> io::Result<DirectFile> {
+        let mut opts = self.open_options();
+        opts.create(true).truncate(true);
+        let file = self.open_with(&opts, &self.dir.join(tmp_name(index)))?;
+        self.tmp_in_flight.borrow_mut().insert(index);
+        Ok(file)
+    }
+
+    async fn publish_tmp(&self, index: u64) -> io::Result<()> {
+        self.tmp_in_flight.borrow_mut().remove(&index);
+        std::fs::rename(self.dir.join(tmp_name(index)), self.path(index))?;
+        self.fsync_dir().await
+    }
+
+    async fn discard_tmp(&self, index: u64) {
+        self.tmp_in_flight.borrow_mut().remove(&index);
+        let _ = std::fs::remove_file(self.dir.join(tmp_name(index)));
+    }
+
+    async fn remove(&self, index: u64) -> io::Result<()> {
+        std::fs::remove_file(self.path(index))?;
+        self.fsync_dir().await
+    }
+
+    fn path(&self, index: u64) -> PathBuf {
+        self.dir.join(seg_name(index))
+    }
+}
+
+/// What an injected fault does to the next (and every later) operation until
+/// changed or cleared.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Fault {
+    /// Pass through to the real storage.
+    #[default]
+    None,
+    /// Fail with `EIO` without touching the disk.
+    Eio,
+    /// Fail with `ENOSPC` without touching the disk.
+    Enospc,
+    /// Writes only: transfer the first half of the buffer rounded down to a
+    /// BLOCK multiple and report that count. Always strictly less than the
+    /// requested length; a single-block write transfers nothing and reports
+    /// `Ok(0)`, so callers must treat 0 as an error rather than retry forever.
+    ShortWrite,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    writes: Fault,
+    syncs: Fault,
+}
+
+/// Shared handle to the faults a [`FaultyStorage`] injects; tests keep a
+/// clone and flip it at runtime. Faults persist until changed or cleared.
+#[derive(Clone, Debug, Default)]
+pub struct FaultPlan(Rc<RefCell<FaultState>>);
+
+impl FaultPlan {
+    /// Fault applied to every `write_at` (including preallocation writes).
+    pub fn set_writes(&self, f: Fault) {
+        self.0.borrow_mut().writes = f;
+    }
+
+    /// Fault applied to every file `sync_data`; `Eio`, `Enospc` or `None`.
+    pub fn set_syncs(&self, f: Fault) {
+        assert_ne!(f, Fault::ShortWrite, "ShortWrite is not a sync fault");
+        self.0.borrow_mut().syncs = f;
+    }
+
+    /// Stops injecting faults.
+    pub fn clear(&self) {
+        *self.0.borrow_mut() = FaultState::default();
+    }
+
+    fn writes(&self) -> Fault {
+        self.0.borrow().writes
+    }
+
+    fn syncs(&self) -> Fault {
+        self.0.borrow().syncs
+    }
+}
+
+fn fault_error(f: Fault) -> Option<io::Error> {
+    match f {
+        Fault::Eio => Some(io::Error::from_raw_os_error(libc::EIO)),
+        Fault::Enospc => Some(io::Error::from_raw_os_error(libc::ENOSPC)),
+        Fault::None | Fault::ShortWrite => None,
+    }
+}
+
+/// Test-only wrapper that injects faults from a [`FaultPlan`] into every file
+/// write and `sync_data` (preallocation included). Reads, listing, renames,
+/// removals and directory fsyncs pass through unfaulted.
+#[derive(Debug)]
+pub struct FaultyStorage<S: Storage> {
+    inner: S,
+    plan: FaultPlan,
+}
+
+/// A file of a [`FaultyStorage`].
+#[derive(Debug)]
+pub struct FaultyFile<F: SegmentFile> {
+    inner: F,
+    plan: FaultPlan,
+}
+
+impl<S: Storage> FaultyStorage<S> {
+    pub fn new(inner: S, plan: FaultPlan) -> Self {
+        Self { inner, plan }
+    }
+
+    pub fn plan(&self) -> &FaultPlan {
+        &self.plan
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    fn wrap(&self, inner: S::File) -> FaultyFile<S::File> {
+        FaultyFile {
+            inner,
+            plan: self.plan.clone(),
+        }
+    }
+}
+
+impl<F: SegmentFile> FaultyFile<F> {
+    /// Writes the first half of `buf` (rounded down to BLOCK) and returns the
+    /// untouched original buffer.
+    async fn short_write(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        let half = buf.len() / 2 / BLOCK * BLOCK;
+        if half == 0 {
+            return (Ok(0), buf);
+        }
+        let mut prefix = AlignedBuf::with_capacity(half);
+        prefix.extend_from_slice(&buf.as_slice()[..half]);
+        let (res, _) = self.inner.write_at(prefix, pos).await;
+        (res, buf)
+    }
+}
+
+impl<F: SegmentFile> SegmentFile for FaultyFile<F> {
+    async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        match self.plan.writes() {
+            Fault::None => self.inner.write_at(buf, pos).await,
+            Fault::ShortWrite => self.short_write(buf, pos).await,
+            f => (Err(fault_error(f).expect("error fault")), buf),
+        }
+    }
+
+    async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        self.inner.read_at(buf, pos).await
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        match fault_error(self.plan.syncs()) {
+            Some(e) => Err(e),
+            None => self.inner.sync_data().await,
+        }
+    }
+}
+
+impl<S: Storage> Storage for FaultyStorage<S> {
+    type File = FaultyFile<S::File>;
+
+    fn list(&self) -> io::Result<Vec<u64>> {
+        self.inner.list()
+    }
+
+    async fn open(&self, index: u64) -> io::Result<Self::File> {
+        Ok(self.wrap(self.inner.open(index).await?))
+    }
+
+    async fn create_tmp(&self, index: u64) -> io::Result<Self::File> {
+        Ok(self.wrap(self.inner.create_tmp(index).await?))
+    }
+
+    async fn publish_tmp(&self, index: u64) -> io::Result<()> {
+        self.inner.publish_tmp(index).await
+    }
+
+    async fn discard_tmp(&self, index: u64) {
+        self.inner.discard_tmp(index).await
+    }
+
+    async fn remove(&self, index: u64) -> io::Result<()> {
+        self.inner.remove(index).await
+    }
+
+    fn path(&self, index: u64) -> PathBuf {
+        self.inner.path(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+
+    /// A unique scratch directory removed on drop.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = NEXT.fetch_add(1, Ordering::Relaxed);
+            let pid = std::process::id();
+            let path = std::env::temp_dir().join(format!("rill-storage-{tag}-{pid}-{n}"));
+            let _ = std::fs::remove_dir_all(&path);
+            Self(path)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn run<F: Future>(fut: F) -> F::Output {
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap()
+            .block_on(fut)
+    }
+
+    fn block_of(byte: u8) -> AlignedBuf {
+        let mut buf = AlignedBuf::with_capacity(BLOCK);
+        buf.extend_from_slice(&[byte; BLOCK]);
+        buf
+    }
+
+    fn dir_names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn names_are_zero_padded_and_parsed_strictly() {
+        assert_eq!(seg_name(42), "00000000000000000042.seg");
+        assert_eq!(parse_seg_name("00000000000000000042.seg"), Some(42));
+        assert_eq!(parse_seg_name("42.seg"), None);
+        assert_eq!(parse_seg_name("0000000000000000004x.seg"), None);
+        assert_eq!(parse_seg_name("00000000000000000042.seg.tmp"), None);
+        assert_eq!(parse_seg_name("99999999999999999999.seg"), None);
+    }
+
+    #[test]
+    fn preallocate_creates_zeroed_file_without_tmp() {
+        let tmp = TempDir::new("prealloc");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            let size = 2 * PREALLOC_CHUNK as u64 + 3 * BLOCK as u64;
+            storage.preallocate(7, size).await.unwrap();
+            let data = std::fs::read(storage.path(7)).unwrap();
+            assert_eq!(data.len() as u64, size);
+            assert!(data.iter().all(|&b| b == 0));
+            assert_eq!(dir_names(&tmp.0), vec![seg_name(7)]);
+        });
+    }
+
+    #[test]
+    fn write_sync_read_round_trips_a_block() {
+        let tmp = TempDir::new("roundtrip");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            storage.preallocate(1, 4 * BLOCK as u64).await.unwrap();
+            let file = storage.open(1).await.unwrap();
+            let (res, _) = file.write_at(block_of(0x5A), 2 * BLOCK as u64).await;
+            assert_eq!(res.unwrap(), BLOCK);
+            file.sync_data().await.unwrap();
+            let (res, buf) = file
+                .read_at(AlignedBuf::with_capacity(BLOCK), 2 * BLOCK as u64)
+                .await;
+            assert_eq!(res.unwrap(), BLOCK);
+            assert_eq!(buf.as_slice(), &[0x5A; BLOCK]);
+            let (res, buf) = file
+                .read_at(AlignedBuf::with_capacity(BLOCK), BLOCK as u64)
+                .await;
+            assert_eq!(res.unwrap(), BLOCK);
+            assert!(buf.as_slice().iter().all(|&b| b == 0));
+            let (res, buf) = file
+                .read_at(AlignedBuf::with_capacity(BLOCK), 4 * BLOCK as u64)
+                .await;
+            assert_eq!(res.unwrap(), 0);
+            assert!(buf.is_empty());
+        });
+    }
+
+    #[test]
+    fn open_missing_segment_fails() {
+        let tmp = TempDir::new("missing");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            let err = storage.open(3).await.unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::NotFound);
+        });
+    }
+
+    #[test]
+    fn list_sorts_ignores_others_and_cleans_tmp() {
+        let tmp = TempDir::new("list");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            for index in [30, 2, 100] {
+                storage.preallocate(index, BLOCK as u64).await.unwrap();
+            }
+            std::fs::write(tmp.0.join(tmp_name(5)), b"partial").unwrap();
+            std::fs::write(tmp.0.join("notes.txt"), b"x").unwrap();
+            std::fs::write(tmp.0.join("12.seg"), b"x").unwrap();
+            assert_eq!(storage.list().unwrap(), vec![2, 30, 100]);
+            assert!(!tmp.0.join(tmp_name(5)).exists());
+            assert!(tmp.0.join("notes.txt").exists());
+            storage.remove(30).await.unwrap();
+            assert_eq!(storage.list().unwrap(), vec![2, 100]);
+        });
+    }
+
+    #[test]
+    fn list_spares_tmp_of_preallocation_in_flight() {
+        let tmp = TempDir::new("inflight");
+        run(async {
+            let storage = std::rc::Rc::new(DirectStorage::new(&tmp.0).unwrap());
+            let size = 64 * PREALLOC_CHUNK as u64;
+            let bg = storage.clone();
+            let handle = monoio::spawn(async move { bg.preallocate(9, size).await });
+            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+            assert_eq!(storage.list().unwrap(), Vec::<u64>::new());
+            assert!(tmp.0.join(tmp_name(9)).exists(), "tmp must survive list()");
+            handle.await.unwrap();
+            assert_eq!(storage.list().unwrap(), vec![9]);
+            let len = std::fs::metadata(storage.path(9)).unwrap().len();
+            assert_eq!(len, size);
+        });
+    }
+
+    #[test]
+    fn faulty_storage_injects_and_recovers() {
+        let tmp = TempDir::new("faults");
+        run(async {
+            let plan = FaultPlan::default();
+            let storage = FaultyStorage::new(DirectStorage::new(&tmp.0).unwrap(), plan.clone());
+            storage.preallocate(0, 4 * BLOCK as u64).await.unwrap();
+            let file = storage.open(0).await.unwrap();
+
+            plan.set_writes(Fault::Eio);
+            let (res, _) = file.write_at(block_of(1), 0).await;
+            assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::EIO));
+
+            plan.set_writes(Fault::Enospc);
+            let (res, _) = file.write_at(block_of(1), 0).await;
+            assert_eq!(res.unwrap_err().raw_os_error(), Some(libc::ENOSPC));
+
+            plan.set_writes(Fault::ShortWrite);
+            let mut three = AlignedBuf::with_capacity(3 * BLOCK);
+            three.extend_from_slice(&[9; 3 * BLOCK]);
+            let (res, back) = file.write_at(three, 0).await;
+            assert_eq!(res.unwrap(), BLOCK);
+            assert_eq!(back.len(), 3 * BLOCK);
+            let (res, _) = file.write_at(block_of(1), 0).await;
+            assert_eq!(res.unwrap(), 0);
+
+            plan.set_syncs(Fault::Eio);
+            assert_eq!(
+                file.sync_data().await.unwrap_err().raw_os_error(),
+                Some(libc::EIO)
+            );
+            plan.set_syncs(Fault::Enospc);
+            let err = file.sync_data().await.unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+
+            plan.clear();
+            let (res, _) = file.write_at(block_of(2), BLOCK as u64).await;
+            assert_eq!(res.unwrap(), BLOCK);
+            file.sync_data().await.unwrap();
+            let (res, buf) = file.read_at(AlignedBuf::with_capacity(2 * BLOCK), 0).await;
+            assert_eq!(res.unwrap(), 2 * BLOCK);
+            assert_eq!(&buf.as_slice()[..BLOCK], &[9; BLOCK]);
+            assert_eq!(&buf.as_slice()[BLOCK..], &[2; BLOCK]);
+        });
+    }
+
+    #[test]
+    fn faulty_preallocate_fails_cleanly_then_succeeds() {
+        let tmp = TempDir::new("faulty-prealloc");
+        run(async {
+            let plan = FaultPlan::default();
+            let storage = FaultyStorage::new(DirectStorage::new(&tmp.0).unwrap(), plan.clone());
+            plan.set_writes(Fault::Enospc);
+            let err = storage.preallocate(4, 8 * BLOCK as u64).await.unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::ENOSPC));
+            plan.set_writes(Fault::None);
+            plan.set_syncs(Fault::Eio);
+            let err = storage.preallocate(4, 8 * BLOCK as u64).await.unwrap_err();
+            assert_eq!(err.raw_os_error(), Some(libc::EIO));
+            assert!(dir_names(&tmp.0).is_empty());
+            plan.clear();
+            storage.preallocate(4, 8 * BLOCK as u64).await.unwrap();
+            assert_eq!(storage.list().unwrap(), vec![4]);
+        });
+    }
+}

@@ -1,0 +1,220 @@
+//! The commit pipeline (issue 3 "Group commit"): decided commands are
+//! applied to the head state at once and their records queued; one writer
+//! task per shard takes everything queued, writes it as one batch and syncs
+//! it, then publishes the batch to readers and completes its tickets.
+//! Requests arriving meanwhile form the next batch.
+//!
+//! Positions, by record sequence number, in the order the invariant names
+//! them: `submitted >= written >= synced >= acknowledged`. A ticket (and so
+//! a response) completes only once its record is synced (`--fsync always`)
+//! or written (`--fsync interval:MS`, which bounds the loss window).
+//! When a batch fails, every uncommitted command is rolled back (later ones
+//! were decided on top of the failed ones) and their tickets fail.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+
+use super::signal::Signal;
+use crate::log::format;
+use crate::stream::codec::{self, Entry};
+use crate::stream::table::{Applied, Undo};
+
+/// Why a commit failed, as the client will be told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitError {
+    pub no_space: bool,
+    pub message: String,
+}
+
+impl CommitError {
+    pub fn from_io(e: &io::Error) -> CommitError {
+        CommitError {
+            no_space: e.raw_os_error() == Some(libc::ENOSPC),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Where a ticket's outcome lands.
+#[derive(Default)]
+pub struct Slot {
+    result: RefCell<Option<Result<(), CommitError>>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Slot {
+    fn complete(&self, result: Result<(), CommitError>) {
+        *self.result.borrow_mut() = Some(result);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+}
+
+/// Completes when the commands it covers are committed (or failed).
+pub struct Ticket(Rc<Slot>);
+
+impl Future for Ticket {
+    type Output = Result<(), CommitError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(result) = self.0.result.borrow_mut().take() {
+            return Poll::Ready(result);
+        }
+        *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+/// One submitted entry not yet committed.
+struct Uncommitted {
+    seq: u64,
+    effect: Effect,
+    tickets: Vec<Rc<Slot>>,
+}
+
+/// What to do with an entry once committed, or how to take it back.
+pub enum Effect {
+    Stream { applied: Applied, undo: Undo },
+    Bucket(Entry),
+}
+
+#[derive(Default)]
+struct Queue {
+    /// Framed records not yet handed to the writer.
+    bytes: Vec<u8>,
+    /// Start offset (in `bytes`) and seq of each queued record.
+    records: Vec<(usize, u64)>,
+}
+
+pub struct Commits {
+    queue: RefCell<Queue>,
+    uncommitted: RefCell<VecDeque<Uncommitted>>,
+    next_seq: Cell<u64>,
+    synced_seq: Cell<u64>,
+    pub wake_writer: Rc<Signal>,
+}
+
+/// A batch taken by the writer: framed records, the last marked batch-end.
+pub struct Batch {
+    pub bytes: Vec<u8>,
+    pub last_seq: u64,
+}
+
+impl Commits {
+    pub fn new(next_seq: u64) -> Commits {
+        assert!(next_seq >= 1);
+        Commits {
+            queue: RefCell::default(),
+            uncommitted: RefCell::default(),
+            next_seq: Cell::new(next_seq),
+            synced_seq: Cell::new(next_seq - 1),
+            wake_writer: Rc::new(Signal::default()),
+        }
+    }
+
+    /// Queues the record of `entry`; `track` must follow with its effect.
+    pub fn enqueue(&self, entry: &Entry) -> u64 {
+        let seq = self.next_seq.get();
+        self.next_seq.set(seq + 1);
+        let mut payload = Vec::new();
+        let kind = codec::encode(entry, &mut payload);
+        let mut queue = self.queue.borrow_mut();
+        let start = queue.bytes.len();
+        format::encode(kind, seq, &payload, &mut queue.bytes);
+        queue.records.push((start, seq));
+        self.wake_writer.notify();
+        seq
+    }
+
+    /// Remembers what committing (or failing) record `seq` means.
+    pub fn track(&self, seq: u64, effect: Effect) {
+        let mut uncommitted = self.uncommitted.borrow_mut();
+        debug_assert!(uncommitted.back().is_none_or(|u| u.seq < seq));
+        uncommitted.push_back(Uncommitted {
+            seq,
+            effect,
+            tickets: Vec::new(),
+        });
+    }
+
+    /// A ticket for everything submitted so far; `None` when all of it is
+    /// already committed.
+    pub fn ticket(&self) -> Option<Ticket> {
+        let mut uncommitted = self.uncommitted.borrow_mut();
+        let last = uncommitted.back_mut()?;
+        let slot = Rc::new(Slot::default());
+        last.tickets.push(slot.clone());
+        Some(Ticket(slot))
+    }
+
+    pub fn has_queued(&self) -> bool {
+        !self.queue.borrow().records.is_empty()
+    }
+
+    /// Takes queued records, at most `max_bytes` of them (at least one).
+    pub fn take_batch(&self, max_bytes: usize) -> Option<Batch> {
+        let mut queue = self.queue.borrow_mut();
+        if queue.records.is_empty() {
+            return None;
+        }
+        let total = queue.bytes.len();
+        let ends = queue
+            .records
+            .iter()
+            .skip(1)
+            .map(|(start, _)| *start)
+            .chain([total]);
+        let count = ends.take_while(|&end| end <= max_bytes).count().max(1);
+        let cut = queue.records.get(count).map_or(total, |(start, _)| *start);
+        let (last_start, last_seq) = queue.records[count - 1];
+        let mut bytes: Vec<u8> = queue.bytes.drain(..cut).collect();
+        queue.records.drain(..count);
+        for record in queue.records.iter_mut() {
+            record.0 -= cut;
+        }
+        format::set_flags(&mut bytes[last_start..], format::FLAG_BATCH_END);
+        Some(Batch { bytes, last_seq })
+    }
+
+    /// Entries up to `seq` are committed: returns their effects and
+    /// completes their tickets (after the caller published them).
+    pub fn committed(&self, seq: u64) -> Vec<(Effect, Vec<Rc<Slot>>)> {
+        assert!(seq >= self.synced_seq.get(), "commits go forward");
+        self.synced_seq.set(seq);
+        let mut uncommitted = self.uncommitted.borrow_mut();
+        let mut done = Vec::new();
+        while uncommitted.front().is_some_and(|u| u.seq <= seq) {
+            let u = uncommitted.pop_front().expect("checked");
+            done.push((u.effect, u.tickets));
+        }
+        done
+    }
+
+    /// The batch failed: every uncommitted entry is taken back, newest
+    /// first. Returns their effects (to undo) and tickets (to fail).
+    pub fn failed(&self) -> Vec<(Effect, Vec<Rc<Slot>>)> {
+        let mut queue = self.queue.borrow_mut();
+        queue.bytes.clear();
+        queue.records.clear();
+        self.next_seq.set(self.synced_seq.get() + 1);
+        let mut uncommitted = self.uncommitted.borrow_mut();
+        uncommitted
+            .drain(..)
+            .rev()
+            .map(|u| (u.effect, u.tickets))
+            .collect()
+    }
+}
+
+/// Completes tickets.
+pub fn complete(tickets: Vec<Rc<Slot>>, result: &Result<(), CommitError>) {
+    for slot in tickets {
+        slot.complete(result.clone());
+    }
+}

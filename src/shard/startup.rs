@@ -1,0 +1,193 @@
+//! Shard startup: recover the shard's log into its table and bucket
+//! registry, agree on the bucket registry with the other shards, open the
+//! log for appending (issue 3 "Recovery", "Everything survives a restart").
+//!
+//! The bucket registry is replicated: every shard logs its own copy of each
+//! change. A crash in the middle of a replication leaves the copies
+//! different, so at startup each shard reports its registry to the main
+//! thread, which answers with their union; a shard logs the buckets it
+//! lacks. (A bucket whose create was not acknowledged may so survive; one
+//! that was acknowledged is never lost.)
+
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::mpsc;
+
+use super::buckets::Bucket;
+use crate::config::Config;
+use crate::log::appender::Appender;
+use crate::log::recovery::{self, Recovered};
+use crate::log::storage::DirectStorage;
+use crate::stream::Table;
+use crate::stream::codec::{self, Entry};
+
+/// Bucket id -> creation time.
+pub type Registry = BTreeMap<String, u64>;
+
+/// What a shard tells the main thread after recovering.
+pub type Report = (usize, Result<Registry, String>);
+
+/// The shard's end of the startup exchange with the main thread.
+pub struct Startup {
+    pub report: mpsc::Sender<Report>,
+    /// The union of every shard's registry, or `None` to abort.
+    pub union: mpsc::Receiver<Option<Registry>>,
+}
+
+/// A recovered shard, ready to serve.
+pub struct Ready {
+    pub table: Table,
+    pub buckets: BTreeMap<String, Bucket>,
+    pub missing: Registry,
+    pub appender: Appender<DirectStorage>,
+    pub next_seq: u64,
+}
+
+/// Replays one committed record into the table and registry.
+fn replay(
+    table: &mut Table,
+    registry: &mut Registry,
+    kind: u8,
+    payload: &[u8],
+) -> Result<(), String> {
+    match codec::decode(kind, payload).map_err(|e| format!("{e:?}"))? {
+        Entry::Stream(command) => {
+            table.check(&command)?;
+            table.apply(command);
+        }
+        Entry::BucketCreate {
+            bucket,
+            created_at_ms,
+        } => {
+            registry.insert(bucket, created_at_ms);
+        }
+        Entry::BucketDelete { bucket } => {
+            registry.remove(&bucket);
+        }
+    }
+    Ok(())
+}
+
+async fn recover(
+    index: usize,
+    config: &Config,
+    dir: std::path::PathBuf,
+) -> Result<(Recovered, Table, Registry, Rc<DirectStorage>), String> {
+    let storage =
+        Rc::new(DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?);
+    let (mut table, mut registry) = (Table::default(), Registry::new());
+    let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload| {
+        replay(&mut table, &mut registry, kind, payload)
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    let r = &recovered.report;
+    eprintln!(
+        "rill: shard {index}: recovered {} records ({} bytes) from {} segments in {} ms: {} streams, {} buckets{}{}",
+        r.records,
+        r.bytes,
+        r.segments,
+        r.elapsed.as_millis(),
+        table.len(),
+        registry.len(),
+        if r.duplicates > 0 {
+            format!(", {} duplicate records skipped", r.duplicates)
+        } else {
+            String::new()
+        },
+        match r.torn {
+            Some((end, dropped)) => format!(
+                ", torn tail at segment {} byte {} ({dropped} records of an unacknowledged batch dropped)",
+                end.segment, end.pos
+            ),
+            None => String::new(),
+        },
+    );
+    Ok((recovered, table, registry, storage))
+}
+
+/// Recovers the shard, takes part in the registry exchange, opens the log.
+/// `None` when startup must stop (the reason was printed or reported).
+pub async fn start(
+    index: usize,
+    config: &Config,
+    dir: std::path::PathBuf,
+    startup: Startup,
+) -> Option<Ready> {
+    let recovered = recover(index, config, dir).await;
+    let (recovered, mut table, registry, storage) = match recovered {
+        Ok(parts) => parts,
+        Err(message) => {
+            let _ = startup.report.send((index, Err(message)));
+            return None;
+        }
+    };
+    let _ = startup.report.send((index, Ok(registry.clone())));
+    // Blocking is fine here: nothing else runs on this shard yet.
+    let union = startup.union.recv().ok().flatten()?;
+    table.publish_all();
+    let appender = Appender::open(
+        storage,
+        config.segment_bytes,
+        recovered.end,
+        recovered.tail,
+        recovered.scrub_to,
+    )
+    .await;
+    let appender = match appender {
+        Ok(appender) => appender,
+        Err(e) => {
+            eprintln!("rill: shard {index}: cannot open the log for appending: {e}");
+            return None;
+        }
+    };
+    let buckets = registry
+        .iter()
+        .map(|(id, &created_at_ms)| {
+            (
+                id.clone(),
+                Bucket {
+                    created_at_ms,
+                    frozen: false,
+                },
+            )
+        })
+        .collect();
+    let missing = union
+        .into_iter()
+        .filter(|(id, _)| !registry.contains_key(id))
+        .collect();
+    Some(Ready {
+        table,
+        buckets,
+        missing,
+        appender,
+        next_seq: recovered.next_seq,
+    })
+}
+
+/// The main thread's side: gathers every shard's registry and sends back
+/// the union, or aborts everyone if a shard failed.
+pub fn coordinate(
+    reports: mpsc::Receiver<Report>,
+    unions: &[mpsc::Sender<Option<Registry>>],
+) -> Result<(), String> {
+    let mut union = Registry::new();
+    let mut failures = Vec::new();
+    for _ in 0..unions.len() {
+        match reports.recv() {
+            Ok((_, Ok(registry))) => union.extend(registry),
+            Ok((index, Err(message))) => failures.push(format!("shard {index}: {message}")),
+            Err(_) => failures.push("a shard stopped during recovery".to_string()),
+        }
+    }
+    let answer = failures.is_empty().then_some(union);
+    for sender in unions {
+        let _ = sender.send(answer.clone());
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n"))
+    }
+}

@@ -1,0 +1,70 @@
+//! The writer task of a shard: takes queued records as one batch, appends
+//! them to the log, and reports the outcome to the commit pipeline.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use super::Shard;
+use crate::config::FsyncPolicy;
+use crate::log::appender::Appender;
+use crate::log::storage::Storage;
+
+pub async fn run<S: Storage + 'static>(
+    shard: Rc<Shard>,
+    mut appender: Appender<S>,
+    policy: FsyncPolicy,
+) {
+    let mut last_sync = Instant::now();
+    loop {
+        let seen = shard.commits.wake_writer.generation();
+        let Some(batch) = shard
+            .commits
+            .take_batch(appender.max_batch_bytes() as usize)
+        else {
+            idle(&shard, &mut appender, policy, seen, &mut last_sync).await;
+            continue;
+        };
+        let sync_now = match policy {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::Interval(ms) => last_sync.elapsed() >= Duration::from_millis(ms),
+        };
+        match appender.append(&batch.bytes, sync_now).await {
+            Ok(()) => {
+                if sync_now {
+                    last_sync = Instant::now();
+                }
+                shard.on_committed(batch.last_seq);
+            }
+            Err(e) => {
+                eprintln!(
+                    "rill: shard {}: log write failed: {e}; uncommitted writes rolled back",
+                    shard.index
+                );
+                shard.on_failed(&e);
+            }
+        }
+    }
+}
+
+/// Waits for work; under `--fsync interval:MS` also syncs what was written.
+async fn idle<S: Storage + 'static>(
+    shard: &Shard,
+    appender: &mut Appender<S>,
+    policy: FsyncPolicy,
+    seen: u64,
+    last_sync: &mut Instant,
+) {
+    let changed = shard.commits.wake_writer.changed(seen);
+    match policy {
+        FsyncPolicy::Always => changed.await,
+        FsyncPolicy::Interval(ms) => {
+            let period = Duration::from_millis(ms);
+            if monoio::time::timeout(period, changed).await.is_err() {
+                if let Err(e) = appender.sync().await {
+                    eprintln!("rill: shard {}: periodic log sync failed: {e}", shard.index);
+                }
+                *last_sync = Instant::now();
+            }
+        }
+    }
+}
