@@ -13,9 +13,19 @@ use super::{Shard, buckets, conn, guard, startup, writer};
 use crate::config::Config;
 use crate::stream::codec::Entry;
 
+/// How long startup waits for the address to be free of other listeners.
+const ADDRESS_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Binds one SO_REUSEPORT listener per shard on the same address. Port 0 is
 /// resolved by the first bind so every shard shares the port.
+///
+/// First the address must be free: a plain bind (no SO_REUSEPORT) is tried
+/// until it succeeds. Otherwise our listeners would join the reuseport group
+/// of a socket that is still there: another server on the same port, or the
+/// listener of a killed predecessor whose io_uring teardown still holds it
+/// (its queued connections would then be reset).
 pub fn bind_all(addr: SocketAddr, shards: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    wait_for_address(addr)?;
     let first = bind_one(addr)?;
     let actual = first.local_addr()?;
     let mut listeners = vec![first];
@@ -23,6 +33,26 @@ pub fn bind_all(addr: SocketAddr, shards: usize) -> io::Result<Vec<std::net::Tcp
         listeners.push(bind_one(actual)?);
     }
     Ok(listeners)
+}
+
+fn wait_for_address(addr: SocketAddr) -> io::Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let deadline = std::time::Instant::now() + ADDRESS_WAIT;
+    loop {
+        let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        probe.set_reuse_address(true)?;
+        match probe.bind(&addr.into()) {
+            Ok(()) => return Ok(()),
+            Err(e)
+                if e.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn bind_one(addr: SocketAddr) -> io::Result<std::net::TcpListener> {

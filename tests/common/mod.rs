@@ -34,6 +34,23 @@ pub fn unique_name(prefix: &str) -> String {
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
 }
 
+/// Whether the server answers `GET /v1/health` with 200. A bare TCP
+/// connect is not enough: right after a SIGKILL the killed process's
+/// listener can linger (its io_uring teardown holds it) and accept
+/// connections that are then reset.
+fn health_ok(addr: &SocketAddr) -> bool {
+    let Ok(mut stream) = TcpStream::connect_timeout(addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = format!("GET /v1/health HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.1 200")
+}
+
 /// The binary under test: `RILL_TEST_BIN` if set (to point the tests at
 /// another build), else the `rill` binary Cargo built for this test.
 fn binary() -> PathBuf {
@@ -117,7 +134,7 @@ impl Server {
                     self.stderr()
                 ));
             }
-            if TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_ok() {
+            if health_ok(&self.addr) {
                 return Ok(());
             }
             if Instant::now() >= deadline {
