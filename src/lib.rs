@@ -10,5 +10,6 @@ pub mod datadir;
 pub mod http;
 pub mod log;
 pub mod protocol;
+pub mod repair;
 pub mod shard;
 pub mod stream;

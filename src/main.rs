@@ -12,6 +12,8 @@ rill: a thread-per-core io_uring Durable Streams server
 
 USAGE:
     rill serve [OPTIONS]    run the server (see rill serve --help)
+    rill repair --data-dir DIR [--yes]
+                            check the logs; truncate a damaged one (see rill repair --help)
     rill --help             print this help
     rill --version          print the version
 ";
@@ -38,6 +40,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
+        Some("repair") => rill::repair::main(&args[1..]),
         Some(other) => {
             eprintln!("rill: unknown command {other:?}\n\n{HELP}");
             ExitCode::from(2)

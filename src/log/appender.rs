@@ -119,21 +119,18 @@ impl<S: Storage + 'static> Appender<S> {
     /// Moves to the next segment (waiting for its preallocation).
     async fn roll(&mut self) -> io::Result<()> {
         self.sync().await?;
+        // A background preallocation that failed may have failed long ago
+        // (the disk was full then): try again now rather than report it.
+        // After a failure no spare is kept, so the next roll retries too.
         let ready = match self.spare.take() {
-            Some(handle) => handle.await,
-            None => {
-                let next = self.segment + 1;
-                let exists = self.storage.list()?.contains(&next);
-                if exists {
-                    Ok(())
-                } else {
-                    self.storage.preallocate(next, self.segment_bytes).await
-                }
-            }
+            Some(handle) => handle.await.is_ok(),
+            None => false,
         };
-        if let Err(e) = ready {
-            self.prepare_spare();
-            return Err(e);
+        if !ready {
+            let next = self.segment + 1;
+            if !self.storage.list()?.contains(&next) {
+                self.storage.preallocate(next, self.segment_bytes).await?;
+            }
         }
         self.file = self.storage.open(self.segment + 1).await?;
         self.segment += 1;
@@ -163,13 +160,19 @@ impl<S: Storage + 'static> Appender<S> {
         let new_tail = buf.as_slice()[(block_start(end) - start) as usize..].to_vec();
         buf.pad_to_block();
         let written = start + buf.len() as u64;
-        if let Err(e) = self.write_all(buf, start).await {
-            self.dirty = Some((start, written));
-            return Err(e);
+        let mut result = self.write_all(buf, start).await;
+        if result.is_ok() {
+            self.written_unsynced = true;
+            if sync {
+                result = self.sync().await;
+            }
         }
-        self.written_unsynced = true;
-        if sync && let Err(e) = self.sync().await {
+        if let Err(e) = result {
+            // Scrub now, before the writers hear of the failure, so a
+            // restart cannot replay what they were told failed. If the
+            // scrub fails too, the next append retries it first.
             self.dirty = Some((start, written));
+            let _ = self.scrub().await;
             return Err(e);
         }
         self.tail = new_tail;

@@ -241,7 +241,18 @@ fn scan_segment(
         };
         let (record, framed_len): (Record, usize) = record;
         match scan.expected {
-            Some(expected) if record.seq < expected => scan.report.duplicates += 1,
+            Some(expected) if record.seq < expected => {
+                scan.report.duplicates += 1;
+                // Between batches, the log's data goes on past a duplicate:
+                // appending must not start before it (a new batch would
+                // overwrite part of the copy and leave the rest behind it).
+                if scan.batch.is_empty() {
+                    scan.committed_end = Some(LogEnd {
+                        segment: index,
+                        pos: (pos + framed_len) as u64,
+                    });
+                }
+            }
             Some(expected) if record.seq > expected => {
                 return Ok(Some((
                     pos as u64,

@@ -21,6 +21,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::signal::Signal;
 use crate::log::format;
+use crate::protocol::Response;
 use crate::stream::codec::{self, Entry};
 use crate::stream::table::{Applied, Undo};
 
@@ -37,6 +38,18 @@ impl CommitError {
             no_space: e.raw_os_error() == Some(libc::ENOSPC),
             message: e.to_string(),
         }
+    }
+
+    /// What the client is told: 507 when the disk is full, else 503; both
+    /// retryable, with a JSON error body.
+    pub fn response(&self) -> Response {
+        let (status, code) = if self.no_space {
+            (507, "insufficient_storage")
+        } else {
+            (503, "storage_unavailable")
+        };
+        let message = format!("the write was not committed: {}", self.message);
+        Response::error(status, code, &message).header("retry-after", "1")
     }
 }
 

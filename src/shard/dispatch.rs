@@ -6,7 +6,6 @@ use std::rc::Rc;
 
 use monoio::net::TcpStream;
 
-use super::commit::CommitError;
 use super::conn::respond;
 use super::{Shard, buckets, live};
 use crate::clock;
@@ -59,17 +58,6 @@ pub async fn handle(
         Target::Invalid(message) => bad_request(message),
     };
     respond(socket, reply, keep, is_head).await
-}
-
-/// A commit failed: 507 when the disk is full, else 503; both retryable.
-fn commit_failed(error: &CommitError) -> Response {
-    let (status, code) = if error.no_space {
-        (507, "insufficient_storage")
-    } else {
-        (503, "storage_unavailable")
-    };
-    let message = format!("the write was not committed: {}", error.message);
-    Response::error(status, code, &message).header("retry-after", "1")
 }
 
 struct StreamRequest<'a> {
@@ -132,7 +120,7 @@ async fn stream_request(
                 true => shard
                     .barrier()
                     .await
-                    .map_or_else(|e| commit_failed(&e), |()| reply),
+                    .map_or_else(|e| e.response(), |()| reply),
                 false => reply,
             };
             respond(socket, reply, keep, is_head).await
@@ -141,7 +129,7 @@ async fn stream_request(
             let reply = shard
                 .submit(commands)
                 .await
-                .map_or_else(|e| commit_failed(&e), |()| reply);
+                .map_or_else(|e| e.response(), |()| reply);
             respond(socket, reply, keep, is_head).await
         }
         Action::Read(plan) => match plan.mode {

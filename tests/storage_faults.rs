@@ -1,0 +1,602 @@
+//! Issue 3 "Disk faults", in process: the real commit pipeline (`Shard`,
+//! `Commits`, the writer task, `Appender`, `Table`) over a
+//! `FaultyStorage<DirectStorage>` in a scratch directory. Affected appends
+//! get a clear error (507 or 503 with a JSON body), nothing acknowledged is
+//! lost, reads keep working, writes resume once the fault is gone, and a
+//! fresh recovery replays exactly what was acknowledged.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rill::config::{Config, FsyncPolicy};
+use rill::log::aligned::{AlignedBuf, BLOCK};
+use rill::log::appender::Appender;
+use rill::log::recovery::{self, Recovered};
+use rill::log::storage::{DirectStorage, Fault, FaultPlan, FaultyStorage, SegmentFile, Storage};
+use rill::shard::Shard;
+use rill::shard::commit::CommitError;
+use rill::shard::mesh::Mesh;
+use rill::stream::codec::{self, Entry};
+use rill::stream::{Command, Table};
+
+const KEY: &str = "faulty";
+const NOW_MS: u64 = 1_700_000_000_000;
+/// Large enough that the tests' data never reaches the half mark, so no
+/// spare segment is preallocated in the background.
+const BIG_SEGMENT: u64 = 1 << 20;
+
+/// A unique scratch directory removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!(
+            "rill-storage-faults-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        Self(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run<F: Future>(fut: F) -> F::Output {
+    monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .enable_timer()
+        .build()
+        .unwrap()
+        .block_on(fut)
+}
+
+fn create(key: &str) -> Command {
+    Command::Create {
+        key: key.to_string(),
+        content_type: "application/octet-stream".to_string(),
+        ttl_secs: None,
+        expires_at: None,
+        expires_at_ms: None,
+        closed: false,
+        data: Vec::new(),
+        now_ms: NOW_MS,
+    }
+}
+
+fn append(data: &[u8]) -> Command {
+    Command::Append {
+        key: KEY.to_string(),
+        data: data.to_vec(),
+        producer: None,
+        stream_seq: None,
+        close: false,
+        now_ms: NOW_MS + 1,
+    }
+}
+
+/// Data of `len` bytes, distinct per `tag`.
+fn blob(tag: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| tag ^ (i % 251) as u8).collect()
+}
+
+fn replay(table: &mut Table, kind: u8, payload: &[u8]) -> Result<(), String> {
+    match codec::decode(kind, payload).map_err(|e| e.to_string())? {
+        Entry::Stream(command) => {
+            table.check(&command)?;
+            table.apply(command);
+            Ok(())
+        }
+        other => Err(format!("unexpected entry {other:?}")),
+    }
+}
+
+/// Recovers `storage`, builds the shard on what it found, opens the log and
+/// spawns the writer task (`--fsync always`).
+async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> Rc<Shard> {
+    let mut table = Table::default();
+    let recovered = recovery::recover(&*storage, segment_bytes, |kind, payload| {
+        replay(&mut table, kind, payload)
+    })
+    .await
+    .expect("recovery");
+    table.publish_all();
+    let config = Arc::new(Config {
+        segment_bytes,
+        cores: 1,
+        ..Config::default()
+    });
+    let (tx, _rx) = flume::unbounded();
+    let shard = Rc::new(Shard::new(
+        0,
+        config,
+        Mesh::new(0, vec![tx]),
+        table,
+        recovered.next_seq,
+    ));
+    let appender = Appender::open(
+        storage,
+        segment_bytes,
+        recovered.end,
+        recovered.tail,
+        recovered.scrub_to,
+    )
+    .await
+    .expect("open the log");
+    monoio::spawn(rill::shard::writer::run(
+        shard.clone(),
+        appender,
+        FsyncPolicy::Always,
+    ));
+    shard
+}
+
+fn faulty(dir: &Path) -> (Rc<FaultyStorage<DirectStorage>>, FaultPlan) {
+    let plan = FaultPlan::default();
+    let storage = FaultyStorage::new(DirectStorage::new(dir).unwrap(), plan.clone());
+    (Rc::new(storage), plan)
+}
+
+async fn commit(shard: &Shard, commands: Vec<Command>) -> Result<(), CommitError> {
+    shard.submit(commands).await
+}
+
+/// Everything a fresh recovery (new `DirectStorage`, same directory) replays.
+async fn recovered_entries(dir: &Path, segment_bytes: u64) -> (Vec<Entry>, Recovered) {
+    let storage = DirectStorage::new(dir).unwrap();
+    let mut entries = Vec::new();
+    let recovered = recovery::recover(&storage, segment_bytes, |kind, payload| {
+        entries.push(codec::decode(kind, payload).map_err(|e| e.to_string())?);
+        Ok(())
+    })
+    .await
+    .expect("a fresh recovery must succeed");
+    (entries, recovered)
+}
+
+async fn assert_recovers(dir: &Path, segment_bytes: u64, acked: &[Command]) -> Recovered {
+    let (entries, recovered) = recovered_entries(dir, segment_bytes).await;
+    let expected: Vec<Entry> = acked.iter().cloned().map(Entry::Stream).collect();
+    assert_eq!(
+        entries.len(),
+        expected.len(),
+        "recovery must replay exactly the acknowledged records"
+    );
+    assert!(
+        entries == expected,
+        "recovered records differ from the acknowledged ones"
+    );
+    assert_eq!(recovered.next_seq, acked.len() as u64 + 1);
+    recovered
+}
+
+/// Readers and writers both see exactly `data`: the visible tail and the
+/// head state agree (failed writes were rolled back).
+fn assert_stream(shard: &Shard, data: &[u8]) {
+    let table = shard.table.borrow();
+    let stream = table.get_visible(KEY).expect("stream stays readable");
+    assert_eq!(stream.tail(), data.len() as u64, "visible tail");
+    assert_eq!(
+        stream.head_tail(),
+        data.len() as u64,
+        "head tail rolled back"
+    );
+    assert!(stream.data == data, "stream data differs");
+    assert_eq!(
+        stream.message_ends.last().copied().unwrap_or(0),
+        data.len() as u64
+    );
+    assert!(!stream.is_closed() && !stream.closed);
+}
+
+/// The reply a failed commit becomes: `status`, a JSON error body with
+/// `code`, and Retry-After.
+fn assert_reply(error: &CommitError, status: u16, code: &str) {
+    let reply = error.response();
+    assert_eq!(reply.status, status, "{error:?}");
+    assert_eq!(reply.get_header("retry-after"), Some("1"));
+    assert_eq!(reply.get_header("content-type"), Some("application/json"));
+    let body: serde_json::Value = serde_json::from_slice(&reply.body).expect("JSON body");
+    assert_eq!(body["error"]["code"], code, "{body}");
+    let message = body["error"]["message"].as_str().expect("message");
+    assert!(message.contains(&error.message), "{message}");
+}
+
+/// EIO on a write or a sync: the same expectations.
+fn io_fault_case(tag: &str, inject: fn(&FaultPlan)) {
+    let tmp = TempDir::new(tag);
+    run(async {
+        let (storage, plan) = faulty(&tmp.0);
+        let shard = start(storage, BIG_SEGMENT).await;
+        let mut acked = vec![create(KEY), append(b"ab")];
+        commit(&shard, acked.clone()).await.unwrap();
+        acked.push(append(b"cd"));
+        commit(&shard, vec![append(b"cd")]).await.unwrap();
+        assert_stream(&shard, b"abcd");
+
+        inject(&plan);
+        let err = commit(&shard, vec![append(b"ef")]).await.unwrap_err();
+        assert!(!err.no_space, "{err:?}");
+        assert_reply(&err, 503, "storage_unavailable");
+        assert_stream(&shard, b"abcd");
+        // A restart right after the failure must not replay it.
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+        // A multi-record batch, one larger than a block, and a create.
+        let err = commit(&shard, vec![append(b"gh"), append(&blob(1, 9000))])
+            .await
+            .unwrap_err();
+        assert_reply(&err, 503, "storage_unavailable");
+        commit(&shard, vec![create("other")]).await.unwrap_err();
+        assert!(shard.table.borrow().get("other").is_none());
+        assert_stream(&shard, b"abcd");
+
+        // A restart now (the fault still on) must not resurrect any of them.
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+
+        plan.clear();
+        commit(&shard, vec![append(b"kl")]).await.unwrap();
+        acked.push(append(b"kl"));
+        assert_stream(&shard, b"abcdkl");
+        commit(&shard, vec![create("other")]).await.unwrap();
+        acked.push(create("other"));
+        assert!(shard.table.borrow().get_visible("other").is_some());
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+    });
+}
+
+#[test]
+fn eio_on_write_fails_the_append_and_loses_nothing() {
+    io_fault_case("eio-write", |plan| plan.set_writes(Fault::Eio));
+}
+
+#[test]
+fn eio_on_sync_fails_the_append_and_loses_nothing() {
+    io_fault_case("eio-sync", |plan| plan.set_syncs(Fault::Eio));
+}
+
+#[test]
+fn enospc_on_sync_maps_to_507() {
+    let tmp = TempDir::new("enospc-sync");
+    run(async {
+        let (storage, plan) = faulty(&tmp.0);
+        let shard = start(storage, BIG_SEGMENT).await;
+        let acked = vec![create(KEY), append(b"ab")];
+        commit(&shard, acked.clone()).await.unwrap();
+        plan.set_syncs(Fault::Enospc);
+        let err = commit(&shard, vec![append(b"cd")]).await.unwrap_err();
+        assert!(err.no_space);
+        assert_reply(&err, 507, "insufficient_storage");
+        assert_stream(&shard, b"ab");
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+    });
+}
+
+const SMALL_SEGMENT: u64 = 4 * BLOCK as u64;
+
+fn segment_path(dir: &Path, index: u64) -> PathBuf {
+    dir.join(format!("{index:020}.seg"))
+}
+
+#[test]
+fn enospc_when_rolling_to_a_new_segment_then_resume() {
+    let tmp = TempDir::new("enospc-roll");
+    run(async {
+        let (storage, plan) = faulty(&tmp.0);
+        let shard = start(storage, SMALL_SEGMENT).await;
+        // Below half the segment: no spare segment is prepared.
+        let first = blob(1, 5000);
+        let mut acked = vec![create(KEY), append(&first)];
+        commit(&shard, acked.clone()).await.unwrap();
+        assert!(!segment_path(&tmp.0, 2).exists());
+
+        plan.set_writes(Fault::Enospc);
+        // Does not fit: the roll must preallocate segment 2, which fails.
+        let big = blob(2, 12_000);
+        let err = commit(&shard, vec![append(&big)]).await.unwrap_err();
+        assert!(err.no_space, "{err:?}");
+        assert_reply(&err, 507, "insufficient_storage");
+        assert!(!segment_path(&tmp.0, 2).exists());
+        // Fits, but the write itself hits the full disk.
+        let err = commit(&shard, vec![append(b"small")]).await.unwrap_err();
+        assert_reply(&err, 507, "insufficient_storage");
+        assert_stream(&shard, &first);
+        assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
+
+        plan.clear();
+        commit(&shard, vec![append(&big)]).await.unwrap();
+        acked.push(append(&big));
+        assert!(segment_path(&tmp.0, 2).exists());
+        assert_stream(&shard, &[first.as_slice(), &big].concat());
+        let recovered = assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
+        assert_eq!(recovered.end.map(|e| e.segment), Some(2));
+    });
+}
+
+/// Waits (bounded) until `cond` holds.
+async fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+#[test]
+fn enospc_in_background_preallocation_then_resume() {
+    let tmp = TempDir::new("enospc-spare");
+    let first = blob(1, 9000);
+    let mut acked = vec![create(KEY), append(&first)];
+    // A log past half its first segment whose next segment does not exist
+    // yet (as after a crash before the spare was preallocated).
+    run(async {
+        let (storage, _plan) = faulty(&tmp.0);
+        let shard = start(storage, SMALL_SEGMENT).await;
+        commit(&shard, acked.clone()).await.unwrap();
+        let spare = segment_path(&tmp.0, 2);
+        wait_until("the spare segment", || spare.exists()).await;
+    });
+    let spare = std::fs::read(segment_path(&tmp.0, 2)).unwrap();
+    assert!(spare.iter().all(|&b| b == 0));
+    std::fs::remove_file(segment_path(&tmp.0, 2)).unwrap();
+
+    run(async {
+        let (storage, plan) = faulty(&tmp.0);
+        // The disk is full from the start: the spare that opening the log
+        // prepares in the background fails.
+        plan.set_writes(Fault::Enospc);
+        let shard = start(storage, SMALL_SEGMENT).await;
+        assert_stream(&shard, &first);
+        let big = blob(2, 12_000);
+        let err = commit(&shard, vec![append(&big)]).await.unwrap_err();
+        assert_reply(&err, 507, "insufficient_storage");
+        let err = commit(&shard, vec![append(b"small")]).await.unwrap_err();
+        assert_reply(&err, 507, "insufficient_storage");
+        monoio::time::sleep(Duration::from_millis(20)).await;
+        assert_stream(&shard, &first);
+        assert!(!segment_path(&tmp.0, 2).exists());
+
+        // Space returns: the very next write that needs a segment works.
+        plan.clear();
+        commit(&shard, vec![append(&big)]).await.unwrap();
+        acked.push(append(&big));
+        assert_stream(&shard, &[first.as_slice(), &big].concat());
+        commit(&shard, vec![append(b"small")]).await.unwrap();
+        acked.push(append(b"small"));
+        let recovered = assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
+        assert_eq!(recovered.end.map(|e| e.segment), Some(2));
+    });
+}
+
+/// Test hooks around the faulty storage: hold every file sync until
+/// released, and turn the next N writes into short writes.
+#[derive(Default)]
+struct Hooks {
+    hold_syncs: Cell<bool>,
+    syncs_waiting: Cell<usize>,
+    short_writes: Cell<usize>,
+}
+
+struct Hooked<S: Storage> {
+    inner: S,
+    plan: FaultPlan,
+    hooks: Rc<Hooks>,
+}
+
+struct HookedFile<F: SegmentFile> {
+    inner: F,
+    plan: FaultPlan,
+    hooks: Rc<Hooks>,
+}
+
+impl<S: Storage> Hooked<S> {
+    fn wrap(&self, inner: S::File) -> HookedFile<S::File> {
+        HookedFile {
+            inner,
+            plan: self.plan.clone(),
+            hooks: self.hooks.clone(),
+        }
+    }
+}
+
+impl<F: SegmentFile> SegmentFile for HookedFile<F> {
+    async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        let short = self.hooks.short_writes.get();
+        if short == 0 {
+            return self.inner.write_at(buf, pos).await;
+        }
+        self.hooks.short_writes.set(short - 1);
+        self.plan.set_writes(Fault::ShortWrite);
+        let result = self.inner.write_at(buf, pos).await;
+        self.plan.set_writes(Fault::None);
+        result
+    }
+
+    async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        self.inner.read_at(buf, pos).await
+    }
+
+    async fn sync_data(&self) -> io::Result<()> {
+        self.hooks
+            .syncs_waiting
+            .set(self.hooks.syncs_waiting.get() + 1);
+        while self.hooks.hold_syncs.get() {
+            monoio::time::sleep(Duration::from_millis(1)).await;
+        }
+        self.hooks
+            .syncs_waiting
+            .set(self.hooks.syncs_waiting.get() - 1);
+        self.inner.sync_data().await
+    }
+}
+
+impl<S: Storage> Storage for Hooked<S> {
+    type File = HookedFile<S::File>;
+
+    fn list(&self) -> io::Result<Vec<u64>> {
+        self.inner.list()
+    }
+
+    async fn open(&self, index: u64) -> io::Result<Self::File> {
+        Ok(self.wrap(self.inner.open(index).await?))
+    }
+
+    async fn create_tmp(&self, index: u64) -> io::Result<Self::File> {
+        Ok(self.wrap(self.inner.create_tmp(index).await?))
+    }
+
+    async fn publish_tmp(&self, index: u64) -> io::Result<()> {
+        self.inner.publish_tmp(index).await
+    }
+
+    async fn discard_tmp(&self, index: u64) {
+        self.inner.discard_tmp(index).await
+    }
+
+    async fn remove(&self, index: u64) -> io::Result<()> {
+        self.inner.remove(index).await
+    }
+
+    fn path(&self, index: u64) -> PathBuf {
+        self.inner.path(index)
+    }
+}
+
+fn hooked(
+    dir: &Path,
+) -> (
+    Rc<Hooked<FaultyStorage<DirectStorage>>>,
+    FaultPlan,
+    Rc<Hooks>,
+) {
+    let plan = FaultPlan::default();
+    let hooks = Rc::new(Hooks::default());
+    let inner = FaultyStorage::new(DirectStorage::new(dir).unwrap(), plan.clone());
+    let storage = Hooked {
+        inner,
+        plan: plan.clone(),
+        hooks: hooks.clone(),
+    };
+    (Rc::new(storage), plan, hooks)
+}
+
+#[test]
+fn short_writes_never_ack_or_replay_a_half_written_record() {
+    let tmp = TempDir::new("short");
+    run(async {
+        let (storage, plan, hooks) = hooked(&tmp.0);
+        let shard = start(storage, BIG_SEGMENT).await;
+        let mut acked = vec![create(KEY), append(b"hello")];
+        commit(&shard, acked.clone()).await.unwrap();
+        let mut data = b"hello".to_vec();
+
+        // One short write, continued by the appender: the append succeeds.
+        hooks.short_writes.set(1);
+        let big = blob(3, 3 * BLOCK + 100);
+        commit(&shard, vec![append(&big)]).await.unwrap();
+        assert_eq!(hooks.short_writes.get(), 0, "the short write happened");
+        acked.push(append(&big));
+        data.extend_from_slice(&big);
+        assert_stream(&shard, &data);
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+
+        // Every write short: the batch can never be completed. The append
+        // fails, only its first blocks reach the disk, and the scrub cannot
+        // run either.
+        plan.set_writes(Fault::ShortWrite);
+        let failed = blob(4, 5 * BLOCK);
+        let err = commit(&shard, vec![append(b"x"), append(&failed)])
+            .await
+            .unwrap_err();
+        assert_reply(&err, 503, "storage_unavailable");
+        let err = commit(&shard, vec![append(b"y")]).await.unwrap_err();
+        assert_reply(&err, 503, "storage_unavailable");
+        assert_stream(&shard, &data);
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+
+        plan.clear();
+        commit(&shard, vec![append(b"z")]).await.unwrap();
+        acked.push(append(b"z"));
+        data.push(b'z');
+        assert_stream(&shard, &data);
+        let recovered = assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+        assert_eq!(
+            recovered.report.torn, None,
+            "the scrub cleared the torn batch"
+        );
+    });
+}
+
+#[test]
+fn a_failed_batch_fails_everything_decided_on_top_of_it() {
+    let tmp = TempDir::new("concurrent");
+    run(async {
+        let (storage, plan, hooks) = hooked(&tmp.0);
+        let shard = start(storage, BIG_SEGMENT).await;
+        let mut acked = vec![create(KEY), append(b"base")];
+        commit(&shard, acked.clone()).await.unwrap();
+
+        // Batch [a] is being synced while b and c are decided on top of it.
+        hooks.hold_syncs.set(true);
+        let a = shard.submit(vec![append(b"a")]);
+        wait_until("batch a to reach its sync", || {
+            hooks.syncs_waiting.get() == 1
+        })
+        .await;
+        let b = shard.submit(vec![append(b"b")]);
+        let c = shard.submit(vec![append(b"c"), append(b"c2")]);
+        {
+            let table = shard.table.borrow();
+            let stream = table.get(KEY).unwrap();
+            assert_eq!(stream.data, b"baseabcc2", "decided on the head state");
+            assert_eq!(stream.tail(), 4, "readers see only committed data");
+        }
+        // What a write reply that saw this head state waits for.
+        let barrier = shard.commits.ticket().expect("uncommitted entries");
+        plan.set_syncs(Fault::Eio);
+        hooks.hold_syncs.set(false);
+        for (name, result) in [("a", a.await), ("b", b.await), ("c", c.await)] {
+            let err = result.expect_err(name);
+            assert_reply(&err, 503, "storage_unavailable");
+        }
+        barrier.await.unwrap_err();
+        assert_stream(&shard, b"base");
+
+        plan.clear();
+        commit(&shard, vec![append(b"d")]).await.unwrap();
+        acked.push(append(b"d"));
+        assert_stream(&shard, b"based");
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+
+        // Batch [e] commits; [f, g], queued behind it, fails alone.
+        hooks.hold_syncs.set(true);
+        let e = shard.submit(vec![append(b"e")]);
+        wait_until("batch e to reach its sync", || {
+            hooks.syncs_waiting.get() == 1
+        })
+        .await;
+        let f = shard.submit(vec![append(b"f")]);
+        let g = shard.submit(vec![append(b"g")]);
+        plan.set_writes(Fault::Eio);
+        hooks.hold_syncs.set(false);
+        e.await.expect("e was written before the fault");
+        acked.push(append(b"e"));
+        f.await.unwrap_err();
+        g.await.unwrap_err();
+        assert_stream(&shard, b"basede");
+
+        plan.clear();
+        commit(&shard, vec![append(b"h")]).await.unwrap();
+        acked.push(append(b"h"));
+        assert_stream(&shard, b"basedeh");
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+    });
+}
