@@ -47,6 +47,9 @@ pub struct Config {
     pub fsync: FsyncPolicy,
     /// Size of each log segment file; a record never spans two.
     pub segment_bytes: u64,
+    /// Stream bytes kept in memory, over all shards; older data is read
+    /// from the segments.
+    pub cache_bytes: u64,
 }
 
 impl Default for Config {
@@ -63,6 +66,7 @@ impl Default for Config {
             idle_timeout_ms: 60_000,
             fsync: FsyncPolicy::Always,
             segment_bytes: 64 << 20,
+            cache_bytes: 256 << 20,
         }
     }
 }
@@ -88,6 +92,8 @@ OPTIONS:
                                 crash) [default: always]
     --segment-bytes N           log segment size, a multiple of 4096 and at least
                                 --max-body-bytes + 64 KiB [default: 67108864]
+    --cache-bytes N             stream bytes cached in memory over all shards; older data is
+                                read from the log [default: 268435456]
     -h, --help                  print this help
 ";
 
@@ -119,6 +125,7 @@ impl Config {
                 "--idle-timeout-ms" => config.idle_timeout_ms = parse(name, &value()?)?,
                 "--fsync" => config.fsync = parse(name, &value()?)?,
                 "--segment-bytes" => config.segment_bytes = parse(name, &value()?)?,
+                "--cache-bytes" => config.cache_bytes = parse(name, &value()?)?,
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }

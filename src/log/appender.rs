@@ -143,7 +143,8 @@ impl<S: Storage + 'static> Appender<S> {
     /// Writes `records` (whole framed records) after the data and, when
     /// `sync`, makes them durable. On error nothing of the batch may count:
     /// the caller rolls back everything it had not seen committed.
-    pub async fn append(&mut self, records: &[u8], sync: bool) -> io::Result<()> {
+    /// Returns where the first record landed.
+    pub async fn append(&mut self, records: &[u8], sync: bool) -> io::Result<LogEnd> {
         assert!(
             records.len() as u64 <= self.segment_bytes,
             "batch larger than a segment"
@@ -152,6 +153,7 @@ impl<S: Storage + 'static> Appender<S> {
         if self.write_pos + records.len() as u64 > self.segment_bytes {
             self.roll().await?;
         }
+        let landed = self.end();
         let start = block_start(self.write_pos);
         let mut buf = AlignedBuf::with_capacity(self.tail.len() + records.len());
         buf.extend_from_slice(&self.tail);
@@ -178,7 +180,7 @@ impl<S: Storage + 'static> Appender<S> {
         self.tail = new_tail;
         self.write_pos = end;
         self.prepare_spare();
-        Ok(())
+        Ok(landed)
     }
 
     async fn write_all(&self, mut buf: AlignedBuf, mut pos: u64) -> io::Result<()> {

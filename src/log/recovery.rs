@@ -108,7 +108,7 @@ async fn read_segment<S: Storage>(storage: &S, index: u64, bytes: u64) -> io::Re
 struct Scan {
     expected: Option<u64>,
     /// Records of the batch being read, not yet known to be complete.
-    batch: Vec<(Vec<u8>, u8, u64)>,
+    batch: Vec<(Vec<u8>, u8, u64, LogEnd)>,
     /// Where that batch starts.
     batch_start: Option<LogEnd>,
     /// Where the last complete batch ended.
@@ -141,7 +141,7 @@ fn complete_batch_after(data: &[u8], from: usize) -> bool {
 pub async fn recover<S: Storage>(
     storage: &S,
     segment_bytes: u64,
-    mut apply: impl FnMut(u8, &[u8]) -> Result<(), String>,
+    mut apply: impl FnMut(u8, &[u8], LogEnd) -> Result<(), String>,
 ) -> Result<Recovered, RecoveryError> {
     let started = Instant::now();
     let segments = storage.list()?;
@@ -189,7 +189,7 @@ pub async fn recover<S: Storage>(
     let next_seq = scan
         .batch
         .first()
-        .map_or(scan.expected.unwrap_or(1), |(_, _, seq)| *seq);
+        .map_or(scan.expected.unwrap_or(1), |(_, _, seq, _)| *seq);
     let tail = match end {
         Some(end) => {
             cut_data[(end.pos - end.pos % BLOCK as u64) as usize..end.pos as usize].to_vec()
@@ -223,7 +223,7 @@ fn scan_segment(
     scan: &mut Scan,
     index: u64,
     data: &[u8],
-    apply: &mut impl FnMut(u8, &[u8]) -> Result<(), String>,
+    apply: &mut impl FnMut(u8, &[u8], LogEnd) -> Result<(), String>,
 ) -> Result<Option<(u64, String)>, RecoveryError> {
     let mut pos = 0usize;
     loop {
@@ -267,8 +267,12 @@ fn scan_segment(
                         pos: pos as u64,
                     });
                 }
+                let at = LogEnd {
+                    segment: index,
+                    pos: pos as u64,
+                };
                 scan.batch
-                    .push((record.payload.to_vec(), record.kind, record.seq));
+                    .push((record.payload.to_vec(), record.kind, record.seq, at));
                 if record.flags & FLAG_BATCH_END != 0 {
                     commit_batch(scan, apply)?;
                     scan.batch_start = None;
@@ -286,10 +290,10 @@ fn scan_segment(
 
 fn commit_batch(
     scan: &mut Scan,
-    apply: &mut impl FnMut(u8, &[u8]) -> Result<(), String>,
+    apply: &mut impl FnMut(u8, &[u8], LogEnd) -> Result<(), String>,
 ) -> Result<(), RecoveryError> {
-    for (payload, kind, seq) in scan.batch.drain(..) {
-        apply(kind, &payload).map_err(|reason| RecoveryError::Corrupt {
+    for (payload, kind, seq, at) in scan.batch.drain(..) {
+        apply(kind, &payload, at).map_err(|reason| RecoveryError::Corrupt {
             path: PathBuf::from("(record payload)"),
             pos: seq,
             reason: format!("record seq {seq} does not decode: {reason}"),

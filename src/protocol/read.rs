@@ -3,7 +3,7 @@
 //! rendering per surface dialect, ETag / If-None-Match, cursors.
 
 use super::response::{Response, bad_request, not_found};
-use super::window::window_end;
+use super::window::{self, Cut};
 use super::{Action, Request, Surface, cursor, json, offset, sse};
 use crate::protocol::offset::OffsetParam;
 use crate::stream::{Stream, Table};
@@ -59,17 +59,10 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         max_bytes: max_bytes(req)?,
     };
     match mode {
-        LiveMode::Sse => Ok(Action::Read(plan)),
         LiveMode::CatchUp if param == OffsetParam::Now => {
             Ok(Action::Reply(now_reply(stream, req.surface)))
         }
-        LiveMode::CatchUp => Ok(Action::Reply(catch_up(req, stream, &plan))),
-        LiveMode::LongPoll => Ok(
-            match poll(&plan, stream, req.now_ms, req.jitter_seed, false) {
-                Some(reply) => Action::Reply(reply),
-                None => Action::Read(plan),
-            },
-        ),
+        _ => Ok(Action::Read(plan)),
     }
 }
 
@@ -145,15 +138,14 @@ pub fn body_content_type(stream: &Stream, surface: Surface) -> String {
     }
 }
 
-/// The bytes of `[start, end)` in the surface's dialect.
-pub fn render_body(stream: &Stream, surface: Surface, start: u64, end: u64) -> Vec<u8> {
-    let bytes = &stream.data[start as usize..end as usize];
+/// `fetched` (the bytes of `[start, end)`) in the surface's dialect.
+pub fn render_body(stream: &Stream, surface: Surface, fetched: &[u8]) -> Vec<u8> {
     if stream.json && surface == Surface::V1 {
-        let mut out = Vec::with_capacity(bytes.len() + 2);
-        json::render_array(bytes, &mut out);
+        let mut out = Vec::with_capacity(fetched.len() + 2);
+        json::render_array(fetched, &mut out);
         out
     } else {
-        bytes.to_vec()
+        fetched.to_vec()
     }
 }
 
@@ -162,33 +154,53 @@ fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
     format!("\"{}:{}:{}{}\"", stream.id, start, end, suffix)
 }
 
-/// A 200 carrying `[start, end)` with the headers every read shares.
-fn data_reply(stream: &Stream, plan: &ReadPlan) -> (Response, String) {
-    let (surface, start) = (plan.surface, plan.start);
+/// The bytes a read must fetch before it can be answered: `[start, end)`
+/// with the window's cut; empty when the plan is at the tail.
+pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
+    if plan.start >= stream.tail() {
+        return (plan.start, plan.start, Cut::At(plan.start));
+    }
     let budget = plan.max_bytes.unwrap_or(MAX_READ_BYTES).min(MAX_READ_BYTES);
-    let end = window_end(stream, surface, start, budget);
+    let cut = window::plan(stream, plan.surface, plan.start, budget);
+    (plan.start, window::fetch_end(cut, stream.tail()), cut)
+}
+
+/// A 200 carrying the fetched window with the headers every read shares.
+/// `fetched` holds at least the bytes of the window (from `fetch_span`).
+fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (Response, String) {
+    let (surface, start) = (plan.surface, plan.start);
+    let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
     let at_tail = end == stream.tail();
     let closed_here = at_tail && stream.is_closed();
     let tag = etag(stream, start, end, closed_here);
+    let body = render_body(stream, surface, &fetched[..(end - start) as usize]);
     let reply = Response::new(200)
         .header("content-type", body_content_type(stream, surface))
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
         .header("etag", tag.clone())
-        .with_body(render_body(stream, surface, start, end));
+        .with_body(body);
     (reply, tag)
 }
 
-fn catch_up(req: &Request, stream: &Stream, plan: &ReadPlan) -> Response {
-    let (reply, tag) = data_reply(stream, plan);
-    if req.head.header("if-none-match") == Some(tag.as_str()) {
+/// A catch-up read's answer (§5.5, §8.1 ETag / If-None-Match).
+pub fn catch_up(
+    if_none_match: Option<&str>,
+    stream: &Stream,
+    plan: &ReadPlan,
+    cut: Cut,
+    fetched: &[u8],
+    now_ms: u64,
+) -> Response {
+    let (reply, tag) = data_reply(stream, plan, cut, fetched);
+    if if_none_match == Some(tag.as_str()) {
         return Response::new(304).header("etag", tag);
     }
     let cache = if reply.get_header("stream-up-to-date").is_some() {
         "no-store".to_string()
     } else {
-        cache_control(stream, req.now_ms)
+        cache_control(stream, now_ms)
     };
     reply.header("cache-control", cache)
 }
@@ -223,27 +235,20 @@ fn now_reply(stream: &Stream, surface: Surface) -> Response {
         .with_body(body)
 }
 
-/// A long-poll's answer if it has one now: data (200), a closed stream at
-/// the tail (204), or the timeout (204). `None` means keep waiting.
-pub fn poll(
+/// A long-poll with nothing to read yet: 204 when the stream is closed at
+/// the tail or the wait timed out; `None` means keep waiting.
+pub fn poll_empty(
     plan: &ReadPlan,
     stream: &Stream,
     now_ms: u64,
     seed: u64,
     timed_out: bool,
 ) -> Option<Response> {
-    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
-    if plan.start < stream.tail() {
-        let (reply, _) = data_reply(stream, plan);
-        return Some(
-            reply
-                .header("stream-cursor", cursor)
-                .header("cache-control", PUBLIC_CACHE),
-        );
-    }
+    debug_assert!(plan.start >= stream.tail());
     if !stream.is_closed() && !timed_out {
         return None;
     }
+    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
     Some(
         Response::new(204)
             .header("stream-next-offset", offset::format(stream.tail()))
@@ -252,6 +257,22 @@ pub fn poll(
             .header("cache-control", "no-store")
             .header_if(stream.is_closed(), "stream-closed", "true"),
     )
+}
+
+/// A long-poll that has data: 200 with the fetched window and a cursor.
+pub fn poll_data(
+    plan: &ReadPlan,
+    stream: &Stream,
+    cut: Cut,
+    fetched: &[u8],
+    now_ms: u64,
+    seed: u64,
+) -> Response {
+    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
+    let (reply, _) = data_reply(stream, plan, cut, fetched);
+    reply
+        .header("stream-cursor", cursor)
+        .header("cache-control", PUBLIC_CACHE)
 }
 
 /// HEAD (§5.4): metadata, never cached, `Stream-TTL` as configured.

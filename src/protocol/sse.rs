@@ -10,7 +10,7 @@ use base64::Engine;
 
 use super::read::{ReadPlan, render_body};
 use super::response::Response;
-use super::window::window_end;
+use super::window::{self, Cut};
 use super::{Surface, content_type, cursor, offset};
 use crate::stream::Stream;
 
@@ -57,9 +57,59 @@ impl SseCursor {
         }
     }
 
-    /// Renders everything available, or the closing or keep-alive control.
-    /// `stream` is `None` once the stream was deleted: the response ends.
-    pub fn step(
+    /// The next window to send, `[start, fetch_end)` with its cut, when
+    /// the stream has data past the cursor.
+    pub fn next_window(&self, stream: &Stream) -> Option<(u64, u64, Cut)> {
+        if self.next >= stream.tail() {
+            return None;
+        }
+        let budget = self
+            .plan
+            .max_bytes
+            .unwrap_or(MAX_EVENT_BYTES)
+            .min(MAX_EVENT_BYTES);
+        let cut = window::plan(stream, self.plan.surface, self.next, budget);
+        Some((self.next, window::fetch_end(cut, stream.tail()), cut))
+    }
+
+    /// One data event for the fetched window (bytes from `self.next`), then
+    /// its control event, or the final one when that reaches a closed tail.
+    pub fn emit(
+        &mut self,
+        stream: &Stream,
+        cut: Cut,
+        fetched: &[u8],
+        now_ms: u64,
+        seed: u64,
+    ) -> SseStep {
+        let start = self.next;
+        let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
+        let mut out = Vec::new();
+        write_data_event(
+            &mut out,
+            stream,
+            self.plan.surface,
+            &fetched[..(end - start) as usize],
+        );
+        self.next = end;
+        let at_tail = end == stream.tail();
+        if at_tail && stream.is_closed() {
+            write_closed(&mut out, end);
+            return SseStep {
+                bytes: out,
+                done: true,
+            };
+        }
+        self.write_control(&mut out, end, at_tail, now_ms, seed);
+        SseStep {
+            bytes: out,
+            done: false,
+        }
+    }
+
+    /// With nothing to send: the final control of a closed (or deleted)
+    /// stream, the first control of a response, or a keep-alive control.
+    pub fn idle(
         &mut self,
         stream: Option<&Stream>,
         now_ms: u64,
@@ -73,33 +123,14 @@ impl SseCursor {
             };
         };
         let mut out = Vec::new();
-        while self.next < stream.tail() {
-            let budget = self
-                .plan
-                .max_bytes
-                .unwrap_or(MAX_EVENT_BYTES)
-                .min(MAX_EVENT_BYTES);
-            let end = window_end(stream, self.plan.surface, self.next, budget);
-            write_data_event(&mut out, stream, self.plan.surface, self.next, end);
-            self.next = end;
-            if end == stream.tail() && stream.is_closed() {
-                write_closed(&mut out, end);
-                return SseStep {
-                    bytes: out,
-                    done: true,
-                };
-            }
-            let up_to_date = end == stream.tail();
-            self.write_control(&mut out, end, up_to_date, now_ms, seed);
-        }
-        if stream.is_closed() {
+        if stream.is_closed() && self.next >= stream.tail() {
             write_closed(&mut out, self.next);
             return SseStep {
                 bytes: out,
                 done: true,
             };
         }
-        if out.is_empty() && (!self.announced || timed_out) {
+        if !self.announced || timed_out {
             self.write_control(&mut out, self.next, true, now_ms, seed);
         }
         SseStep {
@@ -135,16 +166,15 @@ fn write_closed(out: &mut Vec<u8>, at: u64) {
     write_event(out, "control", json.as_bytes());
 }
 
-fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, start: u64, end: u64) {
+fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, fetched: &[u8]) {
     if !content_type::is_sse_text(&stream.content_type) {
-        let raw = &stream.data[start as usize..end as usize];
-        let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+        let encoded = base64::engine::general_purpose::STANDARD.encode(fetched);
         write_event(out, "data", encoded.as_bytes());
         return;
     }
     // NDJSON keeps its final newline (an empty last `data:` line), so that
     // concatenated event payloads are exactly the stored bytes.
-    write_event(out, "data", &render_body(stream, surface, start, end));
+    write_event(out, "data", &render_body(stream, surface, fetched));
 }
 
 /// One event; the payload is split on CR, LF and CRLF so that no payload

@@ -58,7 +58,7 @@ impl Harness {
         if let Action::Commit { commands, .. } = &action {
             for command in commands.clone() {
                 let (applied, _) = self.table.apply(command);
-                self.table.publish(&applied);
+                self.table.publish(&applied, None);
             }
         }
         action
@@ -71,11 +71,33 @@ impl Harness {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> Response {
+        let if_none_match = headers
+            .iter()
+            .find(|(n, _)| *n == "if-none-match")
+            .map(|(_, v)| *v);
         match self.run(method, target, headers, body, NOW) {
             Action::Reply(reply) | Action::Commit { reply, .. } => reply,
+            Action::Read(plan) if plan.mode == LiveMode::CatchUp => {
+                let stream = self.table.get_visible(&plan.key).unwrap();
+                let (start, end, cut) = read::fetch_span(stream, &plan);
+                let fetched = cached(stream, start, end);
+                read::catch_up(if_none_match, stream, &plan, cut, &fetched, NOW)
+            }
             Action::Read(plan) => panic!("unexpected wait: {plan:?}"),
         }
     }
+
+    fn data(&self, key: &str) -> Vec<u8> {
+        let stream = self.table.get(key).unwrap();
+        cached(stream, 0, stream.head_tail())
+    }
+}
+
+/// The bytes `[start, end)` of a fully cached stream.
+fn cached(stream: &crate::stream::Stream, start: u64, end: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    stream.data.copy_cached(start, end, &mut out);
+    out
 }
 
 fn text(h: &mut Harness) {
@@ -237,7 +259,7 @@ fn producer_table_end_to_end() {
         (stale.status, stale.get_header("producer-epoch")),
         (403, Some("1"))
     );
-    assert_eq!(h.table.get(KEY).unwrap().data, b"abc");
+    assert_eq!(h.data(KEY), b"abc");
     let partial = [("content-type", "text/plain"), ("producer-id", "p")];
     assert_eq!(h.reply("POST", KEY, &partial, b"x").status, 400);
     assert_eq!(
@@ -274,7 +296,7 @@ fn closure_rules() {
     );
     let close_again = h.reply("POST", KEY, &[("stream-closed", "true")], b"");
     assert_eq!(close_again.status, 204);
-    assert_eq!(h.table.get(KEY).unwrap().data, b"last");
+    assert_eq!(h.data(KEY), b"last");
     let head = h.reply("HEAD", KEY, &[], b"");
     assert_eq!(head.get_header("stream-closed"), Some("true"));
 }
@@ -373,13 +395,16 @@ fn long_poll_waits_only_at_the_tail() {
     };
     assert_eq!(plan.mode, LiveMode::LongPoll);
     let stream = h.table.get(KEY).unwrap();
-    let timeout = read::poll(&plan, stream, NOW, 1, true).unwrap();
+    assert!(read::poll_empty(&plan, stream, NOW, 1, false).is_none());
+    let timeout = read::poll_empty(&plan, stream, NOW, 1, true).unwrap();
     assert_eq!(
         (timeout.status, timeout.get_header("stream-up-to-date")),
         (204, Some("true"))
     );
     h.reply("POST", KEY, &[("content-type", "text/plain")], b"new");
-    let data = read::poll(&plan, h.table.get(KEY).unwrap(), NOW, 1, false).unwrap();
+    let stream = h.table.get(KEY).unwrap();
+    let (start, end, cut) = read::fetch_span(stream, &plan);
+    let data = read::poll_data(&plan, stream, cut, &cached(stream, start, end), NOW, 1);
     assert_eq!((data.status, data.body.as_slice()), (200, &b"new"[..]));
     assert!(
         data.get_header("stream-cursor")

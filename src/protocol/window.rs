@@ -7,25 +7,51 @@
 use super::{Surface, content_type};
 use crate::stream::Stream;
 
-pub fn window_end(stream: &Stream, surface: Surface, start: u64, budget: u64) -> u64 {
+/// Where a window ends: exactly, or near a byte limit that the fetched
+/// bytes must move back to a UTF-8 boundary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cut {
+    At(u64),
+    Utf8Near(u64),
+}
+
+/// Plans the window starting at `start` (before `stream.tail()`).
+pub fn plan(stream: &Stream, surface: Surface, start: u64, budget: u64) -> Cut {
     let tail = stream.tail();
     let limit = start.saturating_add(budget.max(1));
     if tail <= limit {
-        return tail;
+        return Cut::At(tail);
     }
     if stream.json && surface == Surface::V1 {
-        return last_record_end(stream, start, limit)
+        let end = last_record_end(stream, start, limit)
             .unwrap_or_else(|| stream.message_ends[stream.first_message_after(start)]);
+        return Cut::At(end);
     }
     if stream.json
         && let Some(end) = last_record_end(stream, start, limit)
     {
-        return end;
+        return Cut::At(end);
     }
     if content_type::is_sse_text(&stream.content_type) {
-        return utf8_end(&stream.data, start, limit);
+        return Cut::Utf8Near(limit);
     }
-    limit
+    Cut::At(limit)
+}
+
+/// How far bytes must be fetched to resolve `cut`.
+pub fn fetch_end(cut: Cut, tail: u64) -> u64 {
+    match cut {
+        Cut::At(end) => end,
+        Cut::Utf8Near(limit) => (limit + 3).min(tail),
+    }
+}
+
+/// The window's end, given the bytes fetched from `start`.
+pub fn resolve(cut: Cut, start: u64, fetched: &[u8]) -> u64 {
+    match cut {
+        Cut::At(end) => end,
+        Cut::Utf8Near(limit) => start + utf8_end(fetched, 0, limit - start),
+    }
 }
 
 /// The end of the last whole record inside `(start, limit]`, if any.
@@ -62,6 +88,15 @@ mod tests {
     use super::*;
     use crate::stream::{Command, Table};
 
+    /// The window end as a reader of the whole stream would compute it.
+    fn window_end(s: &Stream, surface: Surface, start: u64, budget: u64) -> u64 {
+        let cut = plan(s, surface, start, budget);
+        let mut fetched = Vec::new();
+        s.data
+            .copy_cached(start, fetch_end(cut, s.tail()), &mut fetched);
+        resolve(cut, start, &fetched)
+    }
+
     fn stream(content_type: &str, data: &[u8]) -> Stream {
         let mut table = Table::default();
         let (applied, _) = table.apply(Command::Create {
@@ -74,7 +109,7 @@ mod tests {
             data: data.to_vec(),
             now_ms: 0,
         });
-        table.publish(&applied);
+        table.publish(&applied, None);
         table.get("k").unwrap().clone()
     }
 

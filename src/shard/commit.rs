@@ -89,6 +89,24 @@ struct Uncommitted {
     seq: u64,
     effect: Effect,
     tickets: Vec<Rc<Slot>>,
+    /// Offset of the stream data inside the framed record, if any.
+    data_at: Option<usize>,
+    /// Offset of the framed record inside its batch, once batched.
+    batch_rel: Option<usize>,
+}
+
+/// A record queued by `enqueue`, to be tracked with its effect.
+pub struct Queued {
+    seq: u64,
+    data_at: Option<usize>,
+}
+
+/// A committed entry: its effect, where its data landed (segment, file
+/// position), and the tickets to complete.
+pub struct Committed {
+    pub effect: Effect,
+    pub location: Option<(u64, u64)>,
+    pub tickets: Vec<Rc<Slot>>,
 }
 
 /// What to do with an entry once committed, or how to take it back.
@@ -132,27 +150,33 @@ impl Commits {
     }
 
     /// Queues the record of `entry`; `track` must follow with its effect.
-    pub fn enqueue(&self, entry: &Entry) -> u64 {
+    pub fn enqueue(&self, entry: &Entry) -> Queued {
         let seq = self.next_seq.get();
         self.next_seq.set(seq + 1);
         let mut payload = Vec::new();
-        let kind = codec::encode(entry, &mut payload);
+        let (kind, data_at) = codec::encode_located(entry, &mut payload);
         let mut queue = self.queue.borrow_mut();
         let start = queue.bytes.len();
         format::encode(kind, seq, &payload, &mut queue.bytes);
         queue.records.push((start, seq));
         self.wake_writer.notify();
-        seq
+        Queued {
+            seq,
+            data_at: data_at.map(|at| at + format::HEADER_BYTES),
+        }
     }
 
-    /// Remembers what committing (or failing) record `seq` means.
-    pub fn track(&self, seq: u64, effect: Effect) {
+    /// Remembers what committing (or failing) a queued record means.
+    pub fn track(&self, queued: Queued, effect: Effect) {
         let mut uncommitted = self.uncommitted.borrow_mut();
-        debug_assert!(uncommitted.back().is_none_or(|u| u.seq < seq));
+        debug_assert!(uncommitted.back().is_none_or(|u| u.seq < queued.seq));
+        let Queued { seq, data_at } = queued;
         uncommitted.push_back(Uncommitted {
             seq,
             effect,
             tickets: Vec::new(),
+            data_at,
+            batch_rel: None,
         });
     }
 
@@ -187,6 +211,7 @@ impl Commits {
         let cut = queue.records.get(count).map_or(total, |(start, _)| *start);
         let (last_start, last_seq) = queue.records[count - 1];
         let mut bytes: Vec<u8> = queue.bytes.drain(..cut).collect();
+        self.note_batch_offsets(&queue.records[..count]);
         queue.records.drain(..count);
         for record in queue.records.iter_mut() {
             record.0 -= cut;
@@ -195,16 +220,36 @@ impl Commits {
         Some(Batch { bytes, last_seq })
     }
 
-    /// Entries up to `seq` are committed: returns their effects and
-    /// completes their tickets (after the caller published them).
-    pub fn committed(&self, seq: u64) -> Vec<(Effect, Vec<Rc<Slot>>)> {
+    /// Remembers where in the batch each of its records starts.
+    fn note_batch_offsets(&self, records: &[(usize, u64)]) {
+        let mut uncommitted = self.uncommitted.borrow_mut();
+        for &(rel, seq) in records {
+            let at = uncommitted.partition_point(|u| u.seq < seq);
+            if let Some(u) = uncommitted.get_mut(at).filter(|u| u.seq == seq) {
+                u.batch_rel = Some(rel);
+            }
+        }
+    }
+
+    /// Entries up to `seq` are committed, their batch written at `base`
+    /// (segment, file position): returns their effects and where their
+    /// data is, for the caller to publish before completing the tickets.
+    pub fn committed(&self, seq: u64, base: (u64, u64)) -> Vec<Committed> {
         assert!(seq >= self.synced_seq.get(), "commits go forward");
         self.synced_seq.set(seq);
         let mut uncommitted = self.uncommitted.borrow_mut();
         let mut done = Vec::new();
         while uncommitted.front().is_some_and(|u| u.seq <= seq) {
             let u = uncommitted.pop_front().expect("checked");
-            done.push((u.effect, u.tickets));
+            let location = u
+                .batch_rel
+                .zip(u.data_at)
+                .map(|(rel, at)| (base.0, base.1 + (rel + at) as u64));
+            done.push(Committed {
+                effect: u.effect,
+                location,
+                tickets: u.tickets,
+            });
         }
         done
     }

@@ -11,7 +11,6 @@ use super::{Shard, buckets, live};
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
-use crate::protocol::read::LiveMode;
 use crate::protocol::response::{bad_request, not_found};
 use crate::protocol::{self, Action, Request, Response, Surface, Target};
 
@@ -132,10 +131,9 @@ async fn stream_request(
                 .map_or_else(|e| e.response(), |()| reply);
             respond(socket, reply, keep, is_head).await
         }
-        Action::Read(plan) => match plan.mode {
-            LiveMode::LongPoll => live::long_poll(shard, socket, plan, keep).await,
-            LiveMode::Sse => live::sse(shard, socket, plan, keep).await,
-            LiveMode::CatchUp => unreachable!("catch-up reads are answered at once"),
-        },
+        Action::Read(plan) => {
+            let if_none_match = sr.head.header("if-none-match").map(str::to_string);
+            live::serve(shard, socket, plan, keep, if_none_match).await
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, conn, guard, startup, writer};
+use super::{Shard, buckets, conn, guard, startup, store, writer};
 use crate::config::Config;
 use crate::stream::codec::Entry;
 
@@ -112,7 +112,15 @@ pub fn run_shard(
             return;
         };
         let fsync = config.fsync;
-        let shard = Rc::new(Shard::new(index, config, mesh, ready.table, ready.next_seq));
+        let segments = store::Segments::new(ready.storage.clone());
+        let shard = Rc::new(Shard::new(
+            index,
+            config,
+            mesh,
+            ready.table,
+            ready.next_seq,
+            segments,
+        ));
         *shard.buckets.borrow_mut() = ready.buckets;
         monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
         monoio::spawn(inbox_loop(shard.clone(), inbox));

@@ -1,6 +1,8 @@
-//! Live reads held by the owning shard: long-poll (PROTOCOL.md §5.6) waits
-//! on the stream's signal up to the configured timeout; SSE (§5.7) streams
-//! events as chunks until the stream closes or the ~60 s cycle ends.
+//! Reads held by the owning shard: catch-up (PROTOCOL.md §5.5), long-poll
+//! (§5.6) waiting on the stream's signal up to the configured timeout, and
+//! SSE (§5.7) streaming events as chunks until the stream closes or the
+//! ~60 s cycle ends. Bytes are fetched (cache or log) before the protocol
+//! renders them.
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -9,25 +11,103 @@ use monoio::net::TcpStream;
 
 use super::Shard;
 use super::conn::{respond, write_bytes};
+use super::signal::Signal;
+use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing};
-use crate::protocol::read::{self, ReadPlan};
+use crate::protocol::Response;
+use crate::protocol::read::{self, LiveMode, ReadPlan};
 use crate::protocol::response::not_found;
 use crate::protocol::sse::SseCursor;
+use crate::protocol::window::Cut;
 
-pub async fn long_poll(
+/// Serves a read the protocol accepted; returns whether the connection
+/// stays open.
+pub async fn serve(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
     plan: ReadPlan,
     keep: bool,
+    if_none_match: Option<String>,
 ) -> bool {
+    match plan.mode {
+        LiveMode::CatchUp => {
+            let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
+            respond(socket, reply, keep, false).await
+        }
+        LiveMode::LongPoll => long_poll(shard, socket, plan, keep).await,
+        LiveMode::Sse => sse(shard, socket, plan, keep).await,
+    }
+}
+
+fn fetch_failed(error: FetchError) -> Response {
+    match error {
+        FetchError::Gone => not_found("stream not found"),
+        FetchError::Io(e) => Response::error(
+            503,
+            "storage_unavailable",
+            &format!("reading the log failed: {e}"),
+        )
+        .header("retry-after", "1"),
+    }
+}
+
+/// The window to fetch for `plan` now: stream incarnation, range and cut.
+fn window(shard: &Shard, plan: &ReadPlan) -> Option<(u64, (u64, u64, Cut))> {
+    let table = shard.table.borrow();
+    let stream = table.get_visible(&plan.key)?;
+    Some((stream.id, read::fetch_span(stream, plan)))
+}
+
+async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -> Response {
+    let Some((id, (start, end, cut))) = window(shard, plan) else {
+        return not_found("stream not found");
+    };
+    let fetched = match store::fetch(shard, &plan.key, id, start, end).await {
+        Ok(bytes) => bytes,
+        Err(e) => return fetch_failed(e),
+    };
+    let table = shard.table.borrow();
+    match table.get_visible(&plan.key).filter(|s| s.id == id) {
+        Some(stream) => read::catch_up(if_none_match, stream, plan, cut, &fetched, clock::now_ms()),
+        None => not_found("stream not found"),
+    }
+}
+
+/// What a long-poll should do next.
+enum Poll {
+    Answer(Response),
+    Fetch(u64, (u64, u64, Cut)),
+    Wait,
+}
+
+fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
+    let table = shard.table.borrow();
+    let Some(stream) = table.get_visible(&plan.key) else {
+        return Poll::Answer(not_found("stream not found"));
+    };
+    if plan.start < stream.tail() {
+        return Poll::Fetch(stream.id, read::fetch_span(stream, plan));
+    }
+    let give_up = timed_out || shard.stopping.get();
+    match read::poll_empty(plan, stream, clock::now_ms(), shard.next_random(), give_up) {
+        Some(reply) => Poll::Answer(reply),
+        None => Poll::Wait,
+    }
+}
+
+async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
     let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
     let signal = shard.waiters.signal(&plan.key);
     let mut timed_out = false;
     let reply = loop {
         let seen = signal.generation();
-        if let Some(reply) = poll_once(shard, &plan, timed_out) {
-            break reply;
+        match poll_once(shard, &plan, timed_out) {
+            Poll::Answer(reply) => break reply,
+            Poll::Fetch(id, (start, end, cut)) => {
+                break poll_data(shard, &plan, id, (start, end, cut)).await;
+            }
+            Poll::Wait => {}
         }
         timed_out = monoio::time::timeout_at(deadline.into(), signal.changed(seen))
             .await
@@ -38,17 +118,31 @@ pub async fn long_poll(
     respond(socket, reply, keep, false).await
 }
 
-/// The long-poll's answer now, if it has one (a deleted stream is a 404).
-fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Option<crate::protocol::Response> {
-    let table = shard.table.borrow();
-    let Some(stream) = table.get_visible(&plan.key) else {
-        return Some(not_found("stream not found"));
+async fn poll_data(
+    shard: &Shard,
+    plan: &ReadPlan,
+    id: u64,
+    (start, end, cut): (u64, u64, Cut),
+) -> Response {
+    let fetched = match store::fetch(shard, &plan.key, id, start, end).await {
+        Ok(bytes) => bytes,
+        Err(e) => return fetch_failed(e),
     };
-    let give_up = timed_out || shard.stopping.get();
-    read::poll(plan, stream, clock::now_ms(), shard.next_random(), give_up)
+    let table = shard.table.borrow();
+    match table.get_visible(&plan.key).filter(|s| s.id == id) {
+        Some(stream) => read::poll_data(
+            plan,
+            stream,
+            cut,
+            &fetched,
+            clock::now_ms(),
+            shard.next_random(),
+        ),
+        None => not_found("stream not found"),
+    }
 }
 
-pub async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
+async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
     let head = shard
         .table
         .borrow()
@@ -69,30 +163,65 @@ pub async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep
     ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
 }
 
+/// Writes one SSE step as a chunk; false when the client went away.
+async fn send(socket: &mut TcpStream, bytes: &[u8]) -> bool {
+    let mut out = Vec::new();
+    render::chunk(bytes, &mut out);
+    out.is_empty() || write_bytes(socket, out).await
+}
+
+/// Sends every window available now. `Some(done)` when the response ends
+/// (`done` false when the client went away or the log failed).
+async fn drain(shard: &Shard, socket: &mut TcpStream, cursor: &mut SseCursor) -> Option<bool> {
+    loop {
+        let next = {
+            let table = shard.table.borrow();
+            let stream = table.get_visible(&cursor.plan.key)?;
+            cursor.next_window(stream).map(|w| (stream.id, w))
+        };
+        let (id, (start, end, cut)) = next?;
+        let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
+            return Some(false);
+        };
+        let step = {
+            let table = shard.table.borrow();
+            let stream = table.get_visible(&cursor.plan.key).filter(|s| s.id == id)?;
+            cursor.emit(stream, cut, &fetched, clock::now_ms(), shard.next_random())
+        };
+        if !send(socket, &step.bytes).await {
+            return Some(false);
+        }
+        if step.done {
+            return Some(true);
+        }
+    }
+}
+
 /// Writes events until the stream closes or is deleted, the cycle ends, the
 /// shard stops, or the client goes away (`false`).
 async fn stream_events(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
     mut cursor: SseCursor,
-    signal: &Rc<super::signal::Signal>,
+    signal: &Rc<Signal>,
 ) -> bool {
     let cycle_end = Instant::now() + Duration::from_millis(shard.config.sse_cycle_ms);
     let keepalive = Duration::from_millis(shard.config.long_poll_timeout_ms);
     let mut timed_out = false;
     loop {
         let seen = signal.generation();
+        if let Some(ok) = drain(shard, socket, &mut cursor).await {
+            return ok;
+        }
         let now_ms = clock::now_ms();
-        let step = cursor.step(
+        let step = cursor.idle(
             shard.table.borrow().get_visible(&cursor.plan.key),
             now_ms,
             shard.next_random(),
             timed_out,
         );
         shard.table.borrow_mut().touch(&cursor.plan.key, now_ms);
-        let mut out = Vec::new();
-        render::chunk(&step.bytes, &mut out);
-        if !out.is_empty() && !write_bytes(socket, out).await {
+        if !send(socket, &step.bytes).await {
             return false;
         }
         if step.done || shard.stopping.get() || Instant::now() >= cycle_end {

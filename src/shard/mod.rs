@@ -13,6 +13,7 @@ pub mod mesh;
 pub mod placement;
 pub mod signal;
 pub mod startup;
+pub mod store;
 pub mod writer;
 
 use std::cell::{Cell, RefCell};
@@ -39,6 +40,8 @@ pub struct Shard {
     pub stopping: Cell<bool>,
     pub stop: Rc<Signal>,
     pub commits: Commits,
+    /// Segment files, for reads of data no longer cached.
+    pub segments: store::Segments,
     jitter: Cell<u64>,
 }
 
@@ -49,6 +52,7 @@ impl Shard {
         mesh: Mesh,
         table: Table,
         next_seq: u64,
+        segments: store::Segments,
     ) -> Shard {
         Shard {
             index,
@@ -60,6 +64,7 @@ impl Shard {
             stopping: Cell::new(false),
             stop: Rc::new(Signal::default()),
             commits: Commits::new(next_seq),
+            segments,
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -86,8 +91,8 @@ impl Shard {
 
     /// Logs a bucket registry change; it applies once committed.
     pub fn submit_bucket(&self, entry: Entry) -> Ticket {
-        let seq = self.commits.enqueue(&entry);
-        self.commits.track(seq, Effect::Bucket(entry));
+        let queued = self.commits.enqueue(&entry);
+        self.commits.track(queued, Effect::Bucket(entry));
         self.commits.ticket().expect("entry was just submitted")
     }
 
@@ -100,18 +105,23 @@ impl Shard {
         }
     }
 
-    /// Publishes a committed batch to readers and completes its tickets.
-    pub fn on_committed(&self, seq: u64) {
-        for (effect, tickets) in self.commits.committed(seq) {
-            match effect {
+    /// Publishes a committed batch (written at `base`) to readers, evicts
+    /// cached data over the budget, and completes its tickets.
+    pub fn on_committed(&self, seq: u64, base: (u64, u64)) {
+        let committed = self.commits.committed(seq, base);
+        for done in &committed {
+            match &done.effect {
                 Effect::Stream { applied, .. } => {
-                    if self.table.borrow_mut().publish(&applied) {
+                    if self.table.borrow_mut().publish(applied, done.location) {
                         self.waiters.notify(&applied.key);
                     }
                 }
-                Effect::Bucket(entry) => buckets::apply_entry(self, entry),
+                Effect::Bucket(entry) => buckets::apply_entry(self, entry.clone()),
             }
-            commit::complete(tickets, &Ok(()));
+        }
+        self.table.borrow_mut().enforce_cache_budget();
+        for done in committed {
+            commit::complete(done.tickets, &Ok(()));
         }
     }
 

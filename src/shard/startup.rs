@@ -15,7 +15,8 @@ use std::sync::mpsc;
 
 use super::buckets::Bucket;
 use crate::config::Config;
-use crate::log::appender::Appender;
+use crate::log::appender::{Appender, LogEnd};
+use crate::log::format;
 use crate::log::recovery::{self, Recovered};
 use crate::log::storage::DirectStorage;
 use crate::stream::Table;
@@ -40,20 +41,29 @@ pub struct Ready {
     pub buckets: BTreeMap<String, Bucket>,
     pub missing: Registry,
     pub appender: Appender<DirectStorage>,
+    pub storage: Rc<DirectStorage>,
     pub next_seq: u64,
 }
 
-/// Replays one committed record into the table and registry.
+/// Replays one committed record (found at `at`) into the table and
+/// registry; its data is located in the log and cached within the budget.
 fn replay(
     table: &mut Table,
     registry: &mut Registry,
     kind: u8,
     payload: &[u8],
+    at: LogEnd,
 ) -> Result<(), String> {
-    match codec::decode(kind, payload).map_err(|e| format!("{e:?}"))? {
+    let entry = codec::decode(kind, payload).map_err(|e| format!("{e:?}"))?;
+    let data_at = codec::data_offset(&entry);
+    match entry {
         Entry::Stream(command) => {
             table.check(&command)?;
-            table.apply(command);
+            let (applied, _undo) = table.apply(command);
+            let location =
+                data_at.map(|d| (at.segment, at.pos + (format::HEADER_BYTES + d) as u64));
+            table.publish(&applied, location);
+            table.enforce_cache_budget();
         }
         Entry::BucketCreate {
             bucket,
@@ -75,9 +85,10 @@ async fn recover(
 ) -> Result<(Recovered, Table, Registry, Rc<DirectStorage>), String> {
     let storage =
         Rc::new(DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?);
-    let (mut table, mut registry) = (Table::default(), Registry::new());
-    let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload| {
-        replay(&mut table, &mut registry, kind, payload)
+    let budget = config.cache_bytes / config.cores as u64;
+    let (mut table, mut registry) = (Table::with_cache_budget(budget), Registry::new());
+    let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
+        replay(&mut table, &mut registry, kind, payload, at)
     })
     .await
     .map_err(|e| e.to_string())?;
@@ -126,6 +137,7 @@ pub async fn start(
     // Blocking is fine here: nothing else runs on this shard yet.
     let union = startup.union.recv().ok().flatten()?;
     table.publish_all();
+    let storage_for_reads = storage.clone();
     let appender = Appender::open(
         storage,
         config.segment_bytes,
@@ -162,6 +174,7 @@ pub async fn start(
         buckets,
         missing,
         appender,
+        storage: storage_for_reads,
         next_seq: recovered.next_seq,
     })
 }

@@ -29,11 +29,11 @@ pub async fn run<S: Storage + 'static>(
             FsyncPolicy::Interval(ms) => last_sync.elapsed() >= Duration::from_millis(ms),
         };
         match appender.append(&batch.bytes, sync_now).await {
-            Ok(()) => {
+            Ok(landed) => {
                 if sync_now {
                     last_sync = Instant::now();
                 }
-                shard.on_committed(batch.last_seq);
+                shard.on_committed(batch.last_seq, (landed.segment, landed.pos));
             }
             Err(e) => {
                 eprintln!(

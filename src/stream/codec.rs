@@ -76,9 +76,55 @@ impl std::error::Error for CodecError {}
 
 /// Appends the payload of `entry` to `out` and returns its record kind.
 pub fn encode(entry: &Entry, out: &mut Vec<u8>) -> u8 {
-    let mut w = Writer { out };
+    encode_located(entry, out).0
+}
+
+/// Like `encode`, and also says where in the payload the stream data of a
+/// create or append starts (the log locates stream bytes by it).
+pub fn encode_located(entry: &Entry, out: &mut Vec<u8>) -> (u8, Option<usize>) {
+    let base = out.len();
+    let mut w = Writer {
+        out,
+        base,
+        data_at: None,
+    };
+    let kind = encode_entry(entry, &mut w);
+    (kind, w.data_at)
+}
+
+/// Payload offset of a create's or append's stream data, from the decoded
+/// entry (recovery locates replayed data without re-encoding it).
+pub fn data_offset(entry: &Entry) -> Option<usize> {
+    let blob = |len: usize| 4 + len;
+    let opt = |present: bool, len: usize| 1 + if present { len } else { 0 };
     match entry {
-        Entry::Stream(command) => encode_command(command, &mut w),
+        Entry::Stream(Command::Append { key, .. }) => Some(blob(key.len()) + 4),
+        Entry::Stream(Command::Create {
+            key,
+            content_type,
+            ttl_secs,
+            expires_at,
+            expires_at_ms,
+            ..
+        }) => Some(
+            blob(key.len())
+                + blob(content_type.len())
+                + opt(ttl_secs.is_some(), 8)
+                + opt(
+                    expires_at.is_some(),
+                    blob(expires_at.as_ref().map_or(0, String::len)),
+                )
+                + opt(expires_at_ms.is_some(), 8)
+                + 1
+                + 4,
+        ),
+        _ => None,
+    }
+}
+
+fn encode_entry(entry: &Entry, w: &mut Writer<'_>) -> u8 {
+    match entry {
+        Entry::Stream(command) => encode_command(command, w),
         Entry::BucketCreate {
             bucket,
             created_at_ms,
@@ -135,7 +181,7 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
     w.opt_str(expires_at.as_deref());
     w.opt_u64(*expires_at_ms);
     w.bool(*closed);
-    w.bytes(data);
+    w.data(data);
     w.u64(*now_ms);
     kind::CREATE
 }
@@ -153,7 +199,7 @@ fn encode_append(command: &Command, w: &mut Writer<'_>) -> u8 {
         unreachable!("encode_append of a non-append");
     };
     w.str(key);
-    w.bytes(data);
+    w.data(data);
     w.producer(producer.as_ref());
     w.opt_str(stream_seq.as_deref());
     w.bool(*close);
@@ -164,9 +210,19 @@ fn encode_append(command: &Command, w: &mut Writer<'_>) -> u8 {
 /// Appends fields to a payload.
 struct Writer<'a> {
     out: &'a mut Vec<u8>,
+    /// Where this payload starts in `out`.
+    base: usize,
+    /// Payload offset of the stream data bytes, once written.
+    data_at: Option<usize>,
 }
 
 impl Writer<'_> {
+    /// The stream data field: a blob whose position is remembered.
+    fn data(&mut self, value: &[u8]) {
+        self.data_at = Some(self.out.len() - self.base + 4);
+        self.bytes(value);
+    }
+
     fn u8(&mut self, value: u8) {
         self.out.push(value);
     }
@@ -413,6 +469,24 @@ mod tests {
             },
         ]);
         all
+    }
+
+    #[test]
+    fn data_offset_points_at_the_data() {
+        for entry in entries() {
+            let mut out = vec![7, 7];
+            let (_, at) = encode_located(&entry, &mut out);
+            assert_eq!(at, data_offset(&entry));
+            let payload = &out[2..];
+            if let Entry::Stream(Command::Create { data, .. } | Command::Append { data, .. }) =
+                &entry
+            {
+                let at = at.expect("creates and appends carry data");
+                assert_eq!(&payload[at..at + data.len()], data.as_slice());
+            } else {
+                assert_eq!(at, None);
+            }
+        }
     }
 
     fn encoded(entry: &Entry) -> (u8, Vec<u8>) {

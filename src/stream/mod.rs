@@ -5,6 +5,7 @@
 
 pub mod codec;
 pub mod command;
+pub mod data;
 pub mod state;
 pub mod table;
 

@@ -1,8 +1,10 @@
-//! The state of one stream: configuration, data and message boundaries (the
-//! in-memory tail; the durability issue moves older data to segments), closure
+//! The state of one stream: configuration, data (`data::StreamData`) and
+//! message boundaries, closure
 //! and producer dedup state (PROTOCOL.md §4, §5.2.1).
 
 use std::collections::HashMap;
+
+use super::data::StreamData;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerState {
@@ -29,7 +31,8 @@ pub struct Stream {
     pub closed: bool,
     /// The producer write that closed the stream, so its retry is a duplicate.
     pub closed_by: Option<(String, u64, u64)>,
-    pub data: Vec<u8>,
+    /// The bytes: located in the log, a suffix cached in memory.
+    pub data: StreamData,
     /// End offset of every message, ascending; the last equals `data.len()`.
     pub message_ends: Vec<u64>,
     pub stream_seq: Option<String>,
@@ -49,7 +52,7 @@ impl Stream {
 
     /// The decided tail, durable or not: what writers build on.
     pub fn head_tail(&self) -> u64 {
-        self.data.len() as u64
+        self.data.tail()
     }
 
     /// Readers' view of closure.

@@ -6,16 +6,34 @@
 //! (`publish`). A command whose commit fails is rolled back with the `Undo`
 //! that `apply` returned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::command::{Command, ProducerWrite};
 use super::state::{ProducerState, Stream};
 
-#[derive(Default)]
 pub struct Table {
     streams: HashMap<String, Stream>,
+    cache: CacheBudget,
+}
+
+impl Default for Table {
+    fn default() -> Self {
+        Table::with_cache_budget(u64::MAX)
+    }
+}
+
+/// The per-shard bound on cached stream bytes: committed chunks are
+/// evicted oldest first (by commit order) once the budget is exceeded.
+struct CacheBudget {
+    budget: u64,
+    /// Located (evictable) cached bytes of existing streams.
+    used: u64,
+    /// Committed chunks in commit order: (stream id, bytes).
+    fifo: VecDeque<(u64, u64)>,
+    /// Stream id -> key, to find a chunk's stream.
+    keys: HashMap<u64, String>,
 }
 
 /// What `apply` did, for the shard to publish once the command is durable.
@@ -27,6 +45,9 @@ pub struct Applied {
     /// The stream's head tail and closure right after the command.
     pub tail: u64,
     pub closed: bool,
+    /// Stream offset and length of the data the command added.
+    pub data_start: u64,
+    pub data_len: u64,
 }
 
 /// How to take one applied command back.
@@ -46,7 +67,7 @@ pub enum Undo {
 #[derive(Debug)]
 pub struct WriteUndo {
     key: String,
-    data_len: usize,
+    data_len: u64,
     ends_len: usize,
     producer: Option<(String, Option<ProducerState>)>,
     closed: bool,
@@ -57,6 +78,24 @@ pub struct WriteUndo {
 }
 
 impl Table {
+    pub fn with_cache_budget(budget: u64) -> Table {
+        let cache = CacheBudget {
+            budget,
+            used: 0,
+            fifo: VecDeque::new(),
+            keys: HashMap::new(),
+        };
+        Table {
+            streams: HashMap::new(),
+            cache,
+        }
+    }
+
+    /// Cached bytes that eviction may drop (committed data).
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.used
+    }
+
     pub fn get(&self, key: &str) -> Option<&Stream> {
         self.streams.get(key)
     }
@@ -125,7 +164,8 @@ impl Table {
                     .expect("append to a missing stream");
                 assert!(!stream.closed, "append to a closed stream");
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
-                push_data(stream, &data);
+                let data_start = stream.head_tail();
+                push_data(stream, data);
                 record_producer(stream, producer.as_ref());
                 if stream_seq.is_some() {
                     stream.stream_seq = stream_seq;
@@ -136,7 +176,10 @@ impl Table {
                 }
                 stream.last_write_ms = now_ms;
                 stream.last_access_ms = stream.last_access_ms.max(now_ms);
-                (applied(&key, stream), Undo::Write(Box::new(undo)))
+                (
+                    applied(&key, stream, data_start),
+                    Undo::Write(Box::new(undo)),
+                )
             }
             Command::Close {
                 key,
@@ -154,15 +197,21 @@ impl Table {
                     stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
                 }
                 stream.last_access_ms = stream.last_access_ms.max(now_ms);
-                (applied(&key, stream), Undo::Write(Box::new(undo)))
+                let tail = stream.head_tail();
+                (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
             Command::Delete { key } => {
                 let removed = self.streams.remove(&key).map(Box::new);
+                if let Some(stream) = &removed {
+                    self.cache.forget(stream);
+                }
                 let done = Applied {
                     key: key.clone(),
                     stream_id: 0,
                     tail: 0,
                     closed: false,
+                    data_start: 0,
+                    data_len: 0,
                 };
                 (
                     done,
@@ -206,7 +255,7 @@ impl Table {
             last_write_ms: now_ms,
             closed,
             closed_by: None,
-            data: Vec::new(),
+            data: Default::default(),
             message_ends: Vec::new(),
             stream_seq: None,
             producers: Default::default(),
@@ -214,8 +263,9 @@ impl Table {
             visible_tail: 0,
             visible_closed: false,
         };
-        push_data(&mut stream, &data);
-        let done = applied(&key, &stream);
+        push_data(&mut stream, data);
+        let done = applied(&key, &stream, 0);
+        self.cache.keys.insert(stream.id, key.clone());
         self.streams.insert(key.clone(), stream);
         (done, Undo::Create { key })
     }
@@ -224,7 +274,9 @@ impl Table {
     pub fn undo(&mut self, undo: Undo) {
         match undo {
             Undo::Create { key } => {
-                self.streams.remove(&key);
+                if let Some(stream) = self.streams.remove(&key) {
+                    self.cache.keys.remove(&stream.id);
+                }
             }
             Undo::Write(w) => {
                 if let Some(stream) = self.streams.get_mut(&w.key) {
@@ -233,15 +285,17 @@ impl Table {
             }
             Undo::Delete { key, stream } => {
                 if let Some(stream) = stream {
+                    self.cache.remember(&key, &stream);
                     self.streams.insert(key, *stream);
                 }
             }
         }
     }
 
-    /// Makes a durable command visible to readers. Returns whether readers
-    /// of the stream must be woken.
-    pub fn publish(&mut self, applied: &Applied) -> bool {
+    /// Makes a durable command visible to readers; `location` is where its
+    /// data landed in the log (segment, file position). Returns whether
+    /// readers of the stream must be woken.
+    pub fn publish(&mut self, applied: &Applied, location: Option<(u64, u64)>) -> bool {
         let Some(stream) = self.streams.get_mut(&applied.key) else {
             return true;
         };
@@ -251,7 +305,34 @@ impl Table {
         stream.visible = true;
         stream.visible_tail = stream.visible_tail.max(applied.tail);
         stream.visible_closed |= applied.closed;
+        if let (Some((segment, pos)), true) = (location, applied.data_len > 0) {
+            stream
+                .data
+                .locate(applied.data_start, applied.data_len, segment, pos);
+            self.cache.used += applied.data_len;
+            self.cache.fifo.push_back((stream.id, applied.data_len));
+        }
         true
+    }
+
+    /// Evicts committed cached bytes, oldest first, down to the budget.
+    pub fn enforce_cache_budget(&mut self) {
+        while self.cache.used > self.cache.budget {
+            let Some((id, bytes)) = self.cache.fifo.pop_front() else {
+                break;
+            };
+            let stream = self
+                .cache
+                .keys
+                .get(&id)
+                .and_then(|key| self.streams.get_mut(key));
+            let Some(stream) = stream.filter(|s| s.id == id) else {
+                continue;
+            };
+            let evicted = stream.data.evict_front();
+            debug_assert_eq!(evicted, Some(bytes), "chunks are evicted in commit order");
+            self.cache.used -= evicted.unwrap_or(0);
+        }
     }
 
     /// After recovery everything applied is durable.
@@ -264,6 +345,27 @@ impl Table {
     }
 }
 
+impl CacheBudget {
+    /// A deleted stream's cached bytes are freed with it.
+    fn forget(&mut self, stream: &Stream) {
+        let located = stream
+            .data
+            .located_end()
+            .saturating_sub(stream.data.cache_start());
+        self.used -= located.min(self.used);
+        self.keys.remove(&stream.id);
+    }
+
+    /// A restored stream's cached bytes count again.
+    fn remember(&mut self, key: &str, stream: &Stream) {
+        self.used += stream
+            .data
+            .located_end()
+            .saturating_sub(stream.data.cache_start());
+        self.keys.insert(stream.id, key.to_string());
+    }
+}
+
 /// Stable across restarts (ETags survive them) and different for every
 /// incarnation of a key.
 fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
@@ -272,12 +374,15 @@ fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
     xxh3_64(&bytes).max(1)
 }
 
-fn applied(key: &str, stream: &Stream) -> Applied {
+fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
+    let tail = stream.head_tail();
     Applied {
         key: key.to_string(),
         stream_id: stream.id,
-        tail: stream.head_tail(),
+        tail,
         closed: stream.closed,
+        data_start,
+        data_len: tail - data_start,
     }
 }
 
@@ -297,7 +402,7 @@ impl WriteUndo {
     fn capture(key: &str, stream: &Stream, producer: Option<&ProducerWrite>) -> WriteUndo {
         WriteUndo {
             key: key.to_string(),
-            data_len: stream.data.len(),
+            data_len: stream.head_tail(),
             ends_len: stream.message_ends.len(),
             producer: producer.map(|p| (p.id.clone(), stream.producers.get(&p.id).copied())),
             closed: stream.closed,
@@ -327,19 +432,19 @@ impl WriteUndo {
 
 /// Appends canonical bytes and records message boundaries: one per line on
 /// JSON streams, one per append otherwise.
-fn push_data(stream: &mut Stream, data: &[u8]) {
+fn push_data(stream: &mut Stream, data: Vec<u8>) {
     if data.is_empty() {
         return;
     }
     let base = stream.head_tail();
     if stream.json {
-        for newline in memchr::memchr_iter(b'\n', data) {
+        for newline in memchr::memchr_iter(b'\n', &data) {
             stream.message_ends.push(base + newline as u64 + 1);
         }
     } else {
         stream.message_ends.push(base + data.len() as u64);
     }
-    stream.data.extend_from_slice(data);
+    stream.data.push(data);
     debug_assert_eq!(
         stream.message_ends.last().copied(),
         Some(stream.head_tail())
@@ -380,9 +485,9 @@ mod tests {
         let (created, _) = table.apply(create("k", b"ab"));
         assert!(table.get_visible("k").is_none());
         let (appended, _) = table.apply(append("k", b"cd", None, false));
-        assert!(table.publish(&created));
+        assert!(table.publish(&created, None));
         assert_eq!(table.get_visible("k").unwrap().tail(), 2);
-        assert!(table.publish(&appended));
+        assert!(table.publish(&appended, None));
         assert_eq!(table.get_visible("k").unwrap().tail(), 4);
     }
 
@@ -390,7 +495,7 @@ mod tests {
     fn undo_restores_the_previous_state_exactly() {
         let mut table = Table::default();
         let (created, _) = table.apply(create("k", b"ab"));
-        table.publish(&created);
+        table.publish(&created, None);
         let before = table.get("k").unwrap().clone();
         let producer = ProducerWrite {
             id: "p".into(),
@@ -417,7 +522,7 @@ mod tests {
             *now_ms = 6;
         }
         table.apply(newer);
-        assert!(!table.publish(&old));
+        assert!(!table.publish(&old, None));
         assert!(table.get_visible("k").is_none());
     }
 }

@@ -1,0 +1,137 @@
+//! Reads of stream bytes for responses (issue 3 "Bounded memory"): the
+//! cached suffix is copied from memory; older bytes are read from the log's
+//! segment files through io_uring with aligned O_DIRECT reads.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::io;
+use std::rc::Rc;
+
+use super::Shard;
+use crate::log::aligned::{AlignedBuf, BLOCK};
+use crate::log::storage::{DirectFile, DirectStorage, SegmentFile, Storage};
+use crate::stream::data::Extent;
+
+/// Open segment files for reading, by index (bounded; reopened on demand).
+pub struct Segments {
+    storage: Rc<DirectStorage>,
+    files: RefCell<HashMap<u64, Rc<DirectFile>>>,
+}
+
+const MAX_OPEN_SEGMENTS: usize = 64;
+
+impl Segments {
+    pub fn new(storage: Rc<DirectStorage>) -> Segments {
+        Segments {
+            storage,
+            files: RefCell::default(),
+        }
+    }
+
+    async fn file(&self, segment: u64) -> io::Result<Rc<DirectFile>> {
+        if let Some(file) = self.files.borrow().get(&segment) {
+            return Ok(file.clone());
+        }
+        let file = Rc::new(self.storage.open(segment).await?);
+        let mut files = self.files.borrow_mut();
+        if files.len() >= MAX_OPEN_SEGMENTS {
+            files.clear();
+        }
+        files.insert(segment, file.clone());
+        Ok(file)
+    }
+
+    /// Appends `len` bytes at `pos` of `segment` to `out`.
+    async fn read(&self, segment: u64, pos: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
+        let file = self.file(segment).await?;
+        let from = pos - pos % BLOCK as u64;
+        let to = (pos + len).next_multiple_of(BLOCK as u64);
+        let (result, buf) = file
+            .read_at(AlignedBuf::with_capacity((to - from) as usize), from)
+            .await;
+        let n = result? as u64;
+        let skip = pos - from;
+        if n < skip + len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("segment {segment} ends before byte {}", pos + len),
+            ));
+        }
+        out.extend_from_slice(&buf.as_slice()[skip as usize..(skip + len) as usize]);
+        Ok(())
+    }
+
+    /// Forgets open handles of a removed segment.
+    pub fn forget(&self, segment: u64) {
+        self.files.borrow_mut().remove(&segment);
+    }
+}
+
+/// Why bytes could not be fetched.
+#[derive(Debug)]
+pub enum FetchError {
+    /// The stream was deleted or replaced meanwhile.
+    Gone,
+    Io(io::Error),
+}
+
+/// The bytes `[start, end)` of the stream `key` (incarnation `id`).
+/// Uncached bytes come from the log; eviction running meanwhile only moves
+/// the boundary, so the loop reads from the log until the rest is cached.
+pub async fn fetch(
+    shard: &Shard,
+    key: &str,
+    id: u64,
+    start: u64,
+    end: u64,
+) -> Result<Vec<u8>, FetchError> {
+    let mut out = Vec::with_capacity((end - start) as usize);
+    let mut pos = start;
+    while pos < end {
+        let (extents, to) = {
+            let table = shard.table.borrow();
+            let stream = table
+                .get(key)
+                .filter(|s| s.id == id)
+                .ok_or(FetchError::Gone)?;
+            let cached_from = stream.data.cache_start();
+            if cached_from <= pos {
+                stream.data.copy_cached(pos, end, &mut out);
+                break;
+            }
+            let to = cached_from.min(end);
+            (stream.data.extents_in(pos, to).to_vec(), to)
+        };
+        for extent in &extents {
+            read_extent(&shard.segments, extent, pos, to, &mut out)
+                .await
+                .map_err(FetchError::Io)?;
+        }
+        pos = to;
+    }
+    debug_assert_eq!(out.len() as u64, end - start);
+    Ok(out)
+}
+
+/// The part of `extent` inside `[from, to)`.
+async fn read_extent(
+    segments: &Segments,
+    extent: &Extent,
+    from: u64,
+    to: u64,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let lo = extent.start.max(from);
+    let hi = extent.end().min(to);
+    if lo >= hi {
+        return Ok(());
+    }
+    segments
+        .read(
+            extent.segment,
+            extent.pos + (lo - extent.start),
+            hi - lo,
+            out,
+        )
+        .await
+}

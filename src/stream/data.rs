@@ -1,0 +1,194 @@
+//! Where a stream's bytes are (issue 3 "Bounded memory"): every committed
+//! append has an extent in the log (segment, file position), and a suffix
+//! of the stream is cached in memory as one chunk per append. Uncommitted
+//! appends live only in the cache (they have no location yet) and are
+//! never evicted; committed chunks are evicted oldest first by the table's
+//! budget, after which reads of them go to the segments.
+
+use std::collections::VecDeque;
+
+/// The log location of one committed append's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Extent {
+    /// Stream offset of the first byte.
+    pub start: u64,
+    pub len: u64,
+    pub segment: u64,
+    /// File position of the first byte in the segment.
+    pub pos: u64,
+}
+
+impl Extent {
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamData {
+    /// End of the decided data (durable or not).
+    tail: u64,
+    /// Cached suffix `[cache_start, tail)`, one chunk per append.
+    chunks: VecDeque<(u64, Vec<u8>)>,
+    /// Located appends, ascending and contiguous from offset 0.
+    extents: Vec<Extent>,
+}
+
+impl StreamData {
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
+    /// Where the cached suffix starts (`tail` when nothing is cached).
+    pub fn cache_start(&self) -> u64 {
+        self.chunks.front().map_or(self.tail, |(start, _)| *start)
+    }
+
+    pub fn cached_bytes(&self) -> u64 {
+        self.tail - self.cache_start()
+    }
+
+    /// Where located data ends: bytes before it can be read from the log.
+    pub fn located_end(&self) -> u64 {
+        self.extents.last().map_or(0, Extent::end)
+    }
+
+    /// Appends decided bytes (cached until committed and evicted).
+    pub fn push(&mut self, data: Vec<u8>) {
+        if data.is_empty() {
+            return;
+        }
+        let start = self.tail;
+        self.tail += data.len() as u64;
+        self.chunks.push_back((start, data));
+    }
+
+    /// Takes back decided bytes down to `len` (an append boundary that is
+    /// not located yet).
+    pub fn truncate(&mut self, len: u64) {
+        assert!(
+            len >= self.located_end(),
+            "committed data cannot be taken back"
+        );
+        while self.chunks.back().is_some_and(|(start, _)| *start >= len) {
+            self.chunks.pop_back();
+        }
+        self.tail = len;
+    }
+
+    /// Records where the append starting at `start` landed in the log.
+    pub fn locate(&mut self, start: u64, len: u64, segment: u64, pos: u64) {
+        assert_eq!(start, self.located_end(), "appends are located in order");
+        assert!(start + len <= self.tail);
+        self.extents.push(Extent {
+            start,
+            len,
+            segment,
+            pos,
+        });
+    }
+
+    /// Drops the oldest cached chunk if it is located; returns its size.
+    pub fn evict_front(&mut self) -> Option<u64> {
+        let (start, bytes) = self.chunks.front()?;
+        if start + bytes.len() as u64 > self.located_end() {
+            return None;
+        }
+        let len = bytes.len() as u64;
+        self.chunks.pop_front();
+        Some(len)
+    }
+
+    /// Copies the cached part of `[start, end)` into `out`; `start` must be
+    /// at or after `cache_start()`.
+    pub fn copy_cached(&self, start: u64, end: u64, out: &mut Vec<u8>) {
+        assert!(start >= self.cache_start() && end <= self.tail && start <= end);
+        let first = self
+            .chunks
+            .partition_point(|(s, b)| s + b.len() as u64 <= start);
+        for (chunk_start, bytes) in self.chunks.range(first..) {
+            if *chunk_start >= end {
+                break;
+            }
+            let from = start.saturating_sub(*chunk_start) as usize;
+            let to = (end - chunk_start).min(bytes.len() as u64) as usize;
+            out.extend_from_slice(&bytes[from..to]);
+        }
+    }
+
+    /// The extents that hold bytes of `[start, end)`.
+    pub fn extents_in(&self, start: u64, end: u64) -> &[Extent] {
+        let first = self.extents.partition_point(|e| e.end() <= start);
+        let last = self.extents.partition_point(|e| e.start < end);
+        &self.extents[first..last.max(first)]
+    }
+
+    /// Moves extents that live in `segment` (the cleaner copied them).
+    pub fn relocate(&mut self, from_segment: u64, moves: &[(u64, u64, u64)]) {
+        for extent in self
+            .extents
+            .iter_mut()
+            .filter(|e| e.segment == from_segment)
+        {
+            if let Some(&(_, segment, pos)) =
+                moves.iter().find(|(start, _, _)| *start == extent.start)
+            {
+                extent.segment = segment;
+                extent.pos = pos;
+            }
+        }
+    }
+
+    /// Memory the index of extents takes (for budgeting).
+    pub fn index_bytes(&self) -> usize {
+        self.extents.capacity() * std::mem::size_of::<Extent>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_reads_span_chunks() {
+        let mut d = StreamData::default();
+        d.push(b"hello".to_vec());
+        d.push(b" world".to_vec());
+        let mut out = Vec::new();
+        d.copy_cached(3, 9, &mut out);
+        assert_eq!(out, b"lo wor");
+        assert_eq!((d.tail(), d.cache_start()), (11, 0));
+    }
+
+    #[test]
+    fn only_located_chunks_are_evicted() {
+        let mut d = StreamData::default();
+        d.push(b"abc".to_vec());
+        d.push(b"def".to_vec());
+        assert_eq!(d.evict_front(), None);
+        d.locate(0, 3, 1, 4096);
+        assert_eq!(d.evict_front(), Some(3));
+        assert_eq!(d.evict_front(), None);
+        assert_eq!(d.cache_start(), 3);
+        assert_eq!(
+            d.extents_in(0, 2),
+            &[Extent {
+                start: 0,
+                len: 3,
+                segment: 1,
+                pos: 4096
+            }]
+        );
+        assert!(d.extents_in(3, 6).is_empty());
+    }
+
+    #[test]
+    fn truncate_takes_back_unlocated_appends() {
+        let mut d = StreamData::default();
+        d.push(b"abc".to_vec());
+        d.locate(0, 3, 1, 0);
+        d.push(b"def".to_vec());
+        d.truncate(3);
+        assert_eq!((d.tail(), d.cache_start()), (3, 0));
+    }
+}
