@@ -205,7 +205,7 @@ async fn scan(
         .largest_segment()
         .map_err(|e| format!("{}: {e}", storage.dir.display()))?;
     let mut records = 0u64;
-    let result = recovery::recover(storage, segment_bytes, |_, _| {
+    let result = recovery::recover(storage, segment_bytes, |_, _, _| {
         records += 1;
         Ok(())
     })

@@ -240,7 +240,7 @@ fn recover(dir: &Path, segment_bytes: u64) -> (Result<Recovered, RecoveryError>,
     run(async {
         let storage = DirectStorage::new(dir).unwrap();
         let mut got = Vec::new();
-        let result = recovery::recover(&storage, segment_bytes, |kind, payload| {
+        let result = recovery::recover(&storage, segment_bytes, |kind, payload, _| {
             got.push((kind, payload.to_vec()));
             Ok(())
         })

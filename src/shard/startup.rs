@@ -47,7 +47,7 @@ pub struct Ready {
 
 /// Replays one committed record (found at `at`) into the table and
 /// registry; its data is located in the log and cached within the budget.
-fn replay(
+pub fn replay(
     table: &mut Table,
     registry: &mut Registry,
     kind: u8,
