@@ -5,14 +5,15 @@
 //! since version 1 must never change (see the fixture's README.md).
 
 use rill::log::format::{self, Decoded, FLAG_BATCH_END, RECORD_ALIGN};
-use rill::stream::codec::{self, Entry};
+use rill::stream::codec::{self, Entry, StreamImage};
+use rill::stream::table::incarnation_id;
 use rill::stream::{Command, ProducerWrite};
 use std::path::PathBuf;
 
 const SEGMENT_BYTES: usize = 8192;
 const NOW_MS: u64 = 1_700_000_000_000;
 /// Seqs of the records that end a group-commit batch (`FLAG_BATCH_END`).
-const BATCH_ENDS: [u64; 5] = [1, 4, 7, 8, 11];
+const BATCH_ENDS: [u64; 6] = [1, 4, 7, 8, 10, 13];
 
 fn flags_of(seq: u64) -> u8 {
     if BATCH_ENDS.contains(&seq) {
@@ -34,12 +35,18 @@ fn producer(id: &str, epoch: u64, seq: u64) -> Option<ProducerWrite> {
     })
 }
 
-fn append(key: &str, data: &[u8], producer: Option<ProducerWrite>) -> Command {
-    append_with(key, data, producer, None, false)
+/// The incarnation id of a stream created at `NOW_MS`.
+fn id(key: &str) -> u64 {
+    incarnation_id(key, NOW_MS)
+}
+
+fn append(key: &str, start: u64, data: &[u8], producer: Option<ProducerWrite>) -> Command {
+    append_with(key, start, data, producer, None, false)
 }
 
 fn append_with(
     key: &str,
+    start: u64,
     data: &[u8],
     producer: Option<ProducerWrite>,
     stream_seq: Option<&str>,
@@ -47,6 +54,8 @@ fn append_with(
 ) -> Command {
     Command::Append {
         key: key.to_string(),
+        stream_id: id(key),
+        start,
         data: data.to_vec(),
         producer,
         stream_seq: stream_seq.map(str::to_string),
@@ -92,9 +101,10 @@ fn expected() -> Vec<Entry> {
             data: vec![0x00, 0xff, 0x80, 0x0a],
             now_ms: NOW_MS,
         }),
-        Entry::Stream(append("/v1/stream/logs/app", b"hello\n", None)),
+        Entry::Stream(append("/v1/stream/logs/app", 0, b"hello\n", None)),
         Entry::Stream(append_with(
             "demo/events",
+            35,
             b"{\"id\":3}\n",
             producer("p1", 0, 0),
             Some("0000000000000001"),
@@ -102,6 +112,7 @@ fn expected() -> Vec<Entry> {
         )),
         Entry::Stream(append_with(
             "/v1/stream/logs/app",
+            6,
             b"bye\n",
             producer("p-log", 1, 0),
             None,
@@ -109,14 +120,42 @@ fn expected() -> Vec<Entry> {
         )),
         Entry::Stream(Command::Close {
             key: "demo/events".to_string(),
+            stream_id: id("demo/events"),
             producer: producer("p1", 0, 1),
             now_ms: NOW_MS + 2_000,
         }),
+        Entry::Relocate {
+            key: "/v1/stream/blob".to_string(),
+            stream_id: id("/v1/stream/blob"),
+            start: 0,
+            data: vec![0x00, 0xff, 0x80, 0x0a],
+        },
+        Entry::Image(Box::new(StreamImage {
+            key: "/v1/stream/blob".to_string(),
+            stream_id: id("/v1/stream/blob"),
+            content_type: "application/octet-stream".to_string(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            created_at_ms: NOW_MS,
+            last_write_ms: NOW_MS,
+            closed: true,
+            closed_by: None,
+            stream_seq: None,
+            producers: vec![ProducerWrite {
+                id: "p0".to_string(),
+                epoch: 2,
+                seq: 5,
+            }],
+            tail: 4,
+        })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),
+            stream_id: id("/v1/stream/logs/app"),
         }),
         Entry::Stream(Command::Delete {
             key: "demo/events".to_string(),
+            stream_id: id("demo/events"),
         }),
         Entry::BucketDelete {
             bucket: "demo".to_string(),

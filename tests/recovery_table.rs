@@ -69,8 +69,8 @@ impl Rec {
 }
 
 /// Record `seq` whose payload is exactly `len` bytes (when `len` is not 0):
-/// seq 1 creates stream `t/log`, the others append filler data to it, but
-/// every third seq of length 0 is a bucket create. So the records replay
+/// seq 1 creates stream `t/log`, the others create stream `t/{seq}` with
+/// filler data, but every third seq of length 0 is a bucket create. So the records replay
 /// into a real `Table` (the server accepts them too).
 fn rec_of_len(seq: u64, len: usize) -> Rec {
     let key = "t/log".to_string();
@@ -101,14 +101,20 @@ fn rec_of_len(seq: u64, len: usize) -> Rec {
             created_at_ms: now_ms,
         }
     } else {
-        // key, data length, three tags (producer, stream_seq, close), now_ms.
-        let fixed = 4 + key.len() + 4 + 3 + 8;
-        Entry::Stream(Command::Append {
+        // Its own stream, so records stay self-contained: any subset of
+        // seqs replays consistently (an append would need every earlier
+        // record's length for its start offset).
+        let key = format!("t/{seq}");
+        let content_type = "text/plain".to_string();
+        let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8;
+        Entry::Stream(Command::Create {
             data: filler(fixed),
             key,
-            producer: None,
-            stream_seq: None,
-            close: false,
+            content_type,
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
             now_ms,
         })
     };

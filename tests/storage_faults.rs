@@ -15,15 +15,17 @@ use std::time::{Duration, Instant};
 
 use rill::config::{Config, FsyncPolicy};
 use rill::log::aligned::{AlignedBuf, BLOCK};
-use rill::log::appender::{Appender, LogEnd};
+use rill::log::appender::Appender;
 use rill::log::recovery::{self, Recovered};
 use rill::log::storage::{DirectStorage, Fault, FaultPlan, FaultyStorage, SegmentFile, Storage};
 use rill::shard::Shard;
 use rill::shard::commit::CommitError;
 use rill::shard::mesh::Mesh;
 use rill::shard::store::Segments;
+use rill::stream::Command;
 use rill::stream::codec::{self, Entry};
-use rill::stream::{Command, Table};
+use rill::stream::rebuild::Rebuild;
+use rill::stream::table::incarnation_id;
 
 const KEY: &str = "faulty";
 const NOW_MS: u64 = 1_700_000_000_000;
@@ -74,9 +76,13 @@ fn create(key: &str) -> Command {
     }
 }
 
+/// An append to `KEY`; its incarnation and start offset are filled in from
+/// the head state when it is submitted (`submit`).
 fn append(data: &[u8]) -> Command {
     Command::Append {
         key: KEY.to_string(),
+        stream_id: 0,
+        start: 0,
         data: data.to_vec(),
         producer: None,
         stream_seq: None,
@@ -90,20 +96,70 @@ fn blob(tag: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| tag ^ (i % 251) as u8).collect()
 }
 
-fn replay(table: &mut Table, kind: u8, payload: &[u8], at: LogEnd) -> Result<(), String> {
-    rill::shard::startup::replay(table, &mut Default::default(), kind, payload, at)
+/// Submits commands with their incarnation and start offsets filled in
+/// from the head state, as the protocol decides them.
+fn submit(shard: &Shard, mut commands: Vec<Command>) -> rill::shard::commit::Ticket {
+    let head = shard.table.borrow().get(KEY).map(|s| (s.id, s.head_tail()));
+    let (mut id, mut tail) = head.unwrap_or((0, 0));
+    for command in &mut commands {
+        match command {
+            Command::Create {
+                key, now_ms, data, ..
+            } => {
+                id = incarnation_id(key, *now_ms);
+                tail = data.len() as u64;
+            }
+            Command::Append {
+                stream_id,
+                start,
+                data,
+                ..
+            } => {
+                (*stream_id, *start) = (id, tail);
+                tail += data.len() as u64;
+            }
+            _ => {}
+        }
+    }
+    shard.submit(commands)
+}
+
+/// Recorded incarnation and offset fields are checked by other tests; the
+/// comparisons here are about which writes survive.
+fn without_placement(entry: Entry) -> Entry {
+    match entry {
+        Entry::Stream(Command::Append {
+            key,
+            data,
+            producer,
+            stream_seq,
+            close,
+            now_ms,
+            ..
+        }) => Entry::Stream(Command::Append {
+            key,
+            stream_id: 0,
+            start: 0,
+            data,
+            producer,
+            stream_seq,
+            close,
+            now_ms,
+        }),
+        other => other,
+    }
 }
 
 /// Recovers `storage`, builds the shard on what it found, opens the log and
 /// spawns the writer task (`--fsync always`).
 async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> Rc<Shard> {
-    let mut table = Table::default();
+    let mut rebuild = Rebuild::default();
     let recovered = recovery::recover(&*storage, segment_bytes, |kind, payload, at| {
-        replay(&mut table, kind, payload, at)
+        rill::shard::startup::replay(&mut rebuild, kind, payload, at)
     })
     .await
     .expect("recovery");
-    table.publish_all();
+    let (table, _) = rebuild.finish(u64::MAX, NOW_MS).expect("a consistent log");
     let config = Arc::new(Config {
         segment_bytes,
         cores: 1,
@@ -144,7 +200,7 @@ fn faulty(dir: &Path) -> (Rc<FaultyStorage<DirectStorage>>, FaultPlan) {
 }
 
 async fn commit(shard: &Shard, commands: Vec<Command>) -> Result<(), CommitError> {
-    shard.submit(commands).await
+    submit(shard, commands).await
 }
 
 /// Everything a fresh recovery (new `DirectStorage`, same directory) replays.
@@ -163,6 +219,7 @@ async fn recovered_entries(dir: &Path, segment_bytes: u64) -> (Vec<Entry>, Recov
 async fn assert_recovers(dir: &Path, segment_bytes: u64, acked: &[Command]) -> Recovered {
     let (entries, recovered) = recovered_entries(dir, segment_bytes).await;
     let expected: Vec<Entry> = acked.iter().cloned().map(Entry::Stream).collect();
+    let entries: Vec<Entry> = entries.into_iter().map(without_placement).collect();
     assert_eq!(
         entries.len(),
         expected.len(),
@@ -185,21 +242,25 @@ fn cached(stream: &rill::stream::Stream) -> Vec<u8> {
 
 /// Readers and writers both see exactly `data`: the visible tail and the
 /// head state agree (failed writes were rolled back).
-fn assert_stream(shard: &Shard, data: &[u8]) {
-    let table = shard.table.borrow();
-    let stream = table.get_visible(KEY).expect("stream stays readable");
-    assert_eq!(stream.tail(), data.len() as u64, "visible tail");
-    assert_eq!(
-        stream.head_tail(),
-        data.len() as u64,
-        "head tail rolled back"
-    );
-    assert!(cached(stream) == data, "stream data differs");
-    assert_eq!(
-        stream.message_ends.last().copied().unwrap_or(0),
-        data.len() as u64
-    );
-    assert!(!stream.is_closed() && !stream.closed);
+async fn assert_stream(shard: &Shard, data: &[u8]) {
+    let id = {
+        let table = shard.table.borrow();
+        let stream = table.get_visible(KEY).expect("stream stays readable");
+        assert_eq!(stream.tail(), data.len() as u64, "visible tail");
+        assert_eq!(
+            stream.head_tail(),
+            data.len() as u64,
+            "head tail rolled back"
+        );
+        assert_eq!(
+            stream.message_ends.last().copied().unwrap_or(0),
+            data.len() as u64
+        );
+        assert!(!stream.is_closed() && !stream.closed);
+        stream.id
+    };
+    let read = rill::shard::store::fetch(shard, KEY, id, 0, data.len() as u64).await;
+    assert!(read.expect("readable") == data, "stream data differs");
 }
 
 /// The reply a failed commit becomes: `status`, a JSON error body with
@@ -225,13 +286,13 @@ fn io_fault_case(tag: &str, inject: fn(&FaultPlan)) {
         commit(&shard, acked.clone()).await.unwrap();
         acked.push(append(b"cd"));
         commit(&shard, vec![append(b"cd")]).await.unwrap();
-        assert_stream(&shard, b"abcd");
+        assert_stream(&shard, b"abcd").await;
 
         inject(&plan);
         let err = commit(&shard, vec![append(b"ef")]).await.unwrap_err();
         assert!(!err.no_space, "{err:?}");
         assert_reply(&err, 503, "storage_unavailable");
-        assert_stream(&shard, b"abcd");
+        assert_stream(&shard, b"abcd").await;
         // A restart right after the failure must not replay it.
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
         // A multi-record batch, one larger than a block, and a create.
@@ -241,7 +302,7 @@ fn io_fault_case(tag: &str, inject: fn(&FaultPlan)) {
         assert_reply(&err, 503, "storage_unavailable");
         commit(&shard, vec![create("other")]).await.unwrap_err();
         assert!(shard.table.borrow().get("other").is_none());
-        assert_stream(&shard, b"abcd");
+        assert_stream(&shard, b"abcd").await;
 
         // A restart now (the fault still on) must not resurrect any of them.
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
@@ -249,7 +310,7 @@ fn io_fault_case(tag: &str, inject: fn(&FaultPlan)) {
         plan.clear();
         commit(&shard, vec![append(b"kl")]).await.unwrap();
         acked.push(append(b"kl"));
-        assert_stream(&shard, b"abcdkl");
+        assert_stream(&shard, b"abcdkl").await;
         commit(&shard, vec![create("other")]).await.unwrap();
         acked.push(create("other"));
         assert!(shard.table.borrow().get_visible("other").is_some());
@@ -279,7 +340,7 @@ fn enospc_on_sync_maps_to_507() {
         let err = commit(&shard, vec![append(b"cd")]).await.unwrap_err();
         assert!(err.no_space);
         assert_reply(&err, 507, "insufficient_storage");
-        assert_stream(&shard, b"ab");
+        assert_stream(&shard, b"ab").await;
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
     });
 }
@@ -312,14 +373,14 @@ fn enospc_when_rolling_to_a_new_segment_then_resume() {
         // Fits, but the write itself hits the full disk.
         let err = commit(&shard, vec![append(b"small")]).await.unwrap_err();
         assert_reply(&err, 507, "insufficient_storage");
-        assert_stream(&shard, &first);
+        assert_stream(&shard, &first).await;
         assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
 
         plan.clear();
         commit(&shard, vec![append(&big)]).await.unwrap();
         acked.push(append(&big));
         assert!(segment_path(&tmp.0, 2).exists());
-        assert_stream(&shard, &[first.as_slice(), &big].concat());
+        assert_stream(&shard, &[first.as_slice(), &big].concat()).await;
         let recovered = assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
         assert_eq!(recovered.end.map(|e| e.segment), Some(2));
     });
@@ -358,21 +419,21 @@ fn enospc_in_background_preallocation_then_resume() {
         // prepares in the background fails.
         plan.set_writes(Fault::Enospc);
         let shard = start(storage, SMALL_SEGMENT).await;
-        assert_stream(&shard, &first);
+        assert_stream(&shard, &first).await;
         let big = blob(2, 12_000);
         let err = commit(&shard, vec![append(&big)]).await.unwrap_err();
         assert_reply(&err, 507, "insufficient_storage");
         let err = commit(&shard, vec![append(b"small")]).await.unwrap_err();
         assert_reply(&err, 507, "insufficient_storage");
         monoio::time::sleep(Duration::from_millis(20)).await;
-        assert_stream(&shard, &first);
+        assert_stream(&shard, &first).await;
         assert!(!segment_path(&tmp.0, 2).exists());
 
         // Space returns: the very next write that needs a segment works.
         plan.clear();
         commit(&shard, vec![append(&big)]).await.unwrap();
         acked.push(append(&big));
-        assert_stream(&shard, &[first.as_slice(), &big].concat());
+        assert_stream(&shard, &[first.as_slice(), &big].concat()).await;
         commit(&shard, vec![append(b"small")]).await.unwrap();
         acked.push(append(b"small"));
         let recovered = assert_recovers(&tmp.0, SMALL_SEGMENT, &acked).await;
@@ -509,7 +570,7 @@ fn short_writes_never_ack_or_replay_a_half_written_record() {
         assert_eq!(hooks.short_writes.get(), 0, "the short write happened");
         acked.push(append(&big));
         data.extend_from_slice(&big);
-        assert_stream(&shard, &data);
+        assert_stream(&shard, &data).await;
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
 
         // Every write short: the batch can never be completed. The append
@@ -523,14 +584,14 @@ fn short_writes_never_ack_or_replay_a_half_written_record() {
         assert_reply(&err, 503, "storage_unavailable");
         let err = commit(&shard, vec![append(b"y")]).await.unwrap_err();
         assert_reply(&err, 503, "storage_unavailable");
-        assert_stream(&shard, &data);
+        assert_stream(&shard, &data).await;
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
 
         plan.clear();
         commit(&shard, vec![append(b"z")]).await.unwrap();
         acked.push(append(b"z"));
         data.push(b'z');
-        assert_stream(&shard, &data);
+        assert_stream(&shard, &data).await;
         let recovered = assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
         assert_eq!(
             recovered.report.torn, None,
@@ -550,13 +611,13 @@ fn a_failed_batch_fails_everything_decided_on_top_of_it() {
 
         // Batch [a] is being synced while b and c are decided on top of it.
         hooks.hold_syncs.set(true);
-        let a = shard.submit(vec![append(b"a")]);
+        let a = submit(&shard, vec![append(b"a")]);
         wait_until("batch a to reach its sync", || {
             hooks.syncs_waiting.get() == 1
         })
         .await;
-        let b = shard.submit(vec![append(b"b")]);
-        let c = shard.submit(vec![append(b"c"), append(b"c2")]);
+        let b = submit(&shard, vec![append(b"b")]);
+        let c = submit(&shard, vec![append(b"c"), append(b"c2")]);
         {
             let table = shard.table.borrow();
             let stream = table.get(KEY).unwrap();
@@ -572,35 +633,35 @@ fn a_failed_batch_fails_everything_decided_on_top_of_it() {
             assert_reply(&err, 503, "storage_unavailable");
         }
         barrier.await.unwrap_err();
-        assert_stream(&shard, b"base");
+        assert_stream(&shard, b"base").await;
 
         plan.clear();
         commit(&shard, vec![append(b"d")]).await.unwrap();
         acked.push(append(b"d"));
-        assert_stream(&shard, b"based");
+        assert_stream(&shard, b"based").await;
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
 
         // Batch [e] commits; [f, g], queued behind it, fails alone.
         hooks.hold_syncs.set(true);
-        let e = shard.submit(vec![append(b"e")]);
+        let e = submit(&shard, vec![append(b"e")]);
         wait_until("batch e to reach its sync", || {
             hooks.syncs_waiting.get() == 1
         })
         .await;
-        let f = shard.submit(vec![append(b"f")]);
-        let g = shard.submit(vec![append(b"g")]);
+        let f = submit(&shard, vec![append(b"f")]);
+        let g = submit(&shard, vec![append(b"g")]);
         plan.set_writes(Fault::Eio);
         hooks.hold_syncs.set(false);
         e.await.expect("e was written before the fault");
         acked.push(append(b"e"));
         f.await.unwrap_err();
         g.await.unwrap_err();
-        assert_stream(&shard, b"basede");
+        assert_stream(&shard, b"basede").await;
 
         plan.clear();
         commit(&shard, vec![append(b"h")]).await.unwrap();
         acked.push(append(b"h"));
-        assert_stream(&shard, b"basedeh");
+        assert_stream(&shard, b"basedeh").await;
         assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
     });
 }

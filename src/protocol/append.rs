@@ -54,6 +54,8 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let reply = success(producer.as_ref(), tail, close);
     let command = Command::Append {
         key: req.key.to_string(),
+        stream_id: stream.id,
+        start: stream.head_tail(),
         data,
         producer,
         stream_seq,
@@ -181,6 +183,7 @@ fn close_only(
         .header("stream-closed", "true");
     let command = Command::Close {
         key: req.key.to_string(),
+        stream_id: stream.id,
         producer,
         now_ms: req.now_ms,
     };

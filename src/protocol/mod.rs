@@ -65,9 +65,10 @@ pub fn decide_stream(req: &Request, table: &Table) -> Action {
 /// PROTOCOL.md §5.3: 204 once deleted, 404 when absent.
 fn delete(req: &Request, table: &Table) -> Action {
     match table.get(req.key) {
-        Some(_) => Action::Commit {
+        Some(stream) => Action::Commit {
             commands: vec![Command::Delete {
                 key: req.key.to_string(),
+                stream_id: stream.id,
             }],
             reply: Response::new(204),
         },
@@ -81,6 +82,7 @@ pub fn reap_expired(table: &Table, key: &str, now_ms: u64) -> Option<Command> {
     let stream = table.get(key)?;
     stream.is_expired(now_ms).then(|| Command::Delete {
         key: key.to_string(),
+        stream_id: stream.id,
     })
 }
 

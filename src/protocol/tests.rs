@@ -421,8 +421,12 @@ fn expiry_reaps_and_ttl_slides() {
     assert!(reap_expired(&h.table, KEY, NOW + 1_999).is_none());
     h.table.touch(KEY, NOW + 1_500);
     assert!(reap_expired(&h.table, KEY, NOW + 3_000).is_none());
+    let id = h.table.get(KEY).unwrap().id;
     assert_eq!(
         reap_expired(&h.table, KEY, NOW + 3_500),
-        Some(Command::Delete { key: KEY.into() })
+        Some(Command::Delete {
+            key: KEY.into(),
+            stream_id: id
+        })
     );
 }

@@ -50,7 +50,9 @@ pub fn apply_entry(shard: &Shard, entry: Entry) {
         Entry::BucketDelete { bucket } => {
             registry.remove(&bucket);
         }
-        Entry::Stream(_) => unreachable!("stream commands are not registry changes"),
+        Entry::Stream(_) | Entry::Relocate { .. } | Entry::Image(_) => {
+            unreachable!("stream records are not registry changes")
+        }
     }
 }
 
@@ -124,7 +126,10 @@ fn live_streams(shard: &Shard, bucket: &str) -> usize {
     let mut reaps = Vec::new();
     for (key, stream) in shard.table.borrow().keys_with_prefix(&key_prefix) {
         match stream.is_expired(now_ms) {
-            true => reaps.push(Command::Delete { key: key.clone() }),
+            true => reaps.push(Command::Delete {
+                key: key.clone(),
+                stream_id: stream.id,
+            }),
             false => live += 1,
         }
     }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use monoio::buf::IoBufMut;
-use monoio::io::{AsyncReadRent, AsyncWriteRent, AsyncWriteRentExt};
+use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use monoio::net::TcpStream;
 
 use super::mesh::MeshMsg;
@@ -83,7 +83,7 @@ pub async fn write_bytes(socket: &mut TcpStream, bytes: Vec<u8>) -> bool {
     true
 }
 
-/// Bodies at least this large go out in a vectored write after the head
+/// Bodies at least this large go out in a vectored write with the head
 /// instead of being copied behind it.
 const VECTORED_BODY_BYTES: usize = 16 << 10;
 
@@ -106,9 +106,38 @@ pub async fn respond(
     if !vectored {
         return write_bytes(socket, out).await && keep_alive;
     }
-    let parts = monoio::buf::VecBuf::from(vec![out, resp.body]);
-    let (result, _) = socket.write_vectored_all(parts).await;
-    result.is_ok() && keep_alive
+    write_vectored(socket, out, resp.body).await && keep_alive
+}
+
+/// One writev of head and body; whatever a partial write leaves is written
+/// with plain writes. (monoio's `write_vectored_all` panics on partial
+/// writes, so the loop is ours.)
+async fn write_vectored(socket: &mut TcpStream, head: Vec<u8>, body: Vec<u8>) -> bool {
+    let total = head.len() + body.len();
+    let (result, parts) = socket
+        .writev(monoio::buf::VecBuf::from(vec![head, body]))
+        .await;
+    let mut parts: Vec<Vec<u8>> = parts.into();
+    let body = parts.pop().unwrap_or_default();
+    let head = parts.pop().unwrap_or_default();
+    let written = match result {
+        Ok(n) => n,
+        Err(e) if retryable(&e) => 0,
+        Err(_) => return false,
+    };
+    if written >= total {
+        return true;
+    }
+    if written < head.len() && !write_bytes(socket, head[written..].to_vec()).await {
+        return false;
+    }
+    let body_done = written.saturating_sub(head.len());
+    let rest = if body_done == 0 {
+        body
+    } else {
+        body[body_done..].to_vec()
+    };
+    write_bytes(socket, rest).await
 }
 
 fn http_error(e: &HttpError) -> Response {

@@ -16,11 +16,10 @@ use std::sync::mpsc;
 use super::buckets::Bucket;
 use crate::config::Config;
 use crate::log::appender::{Appender, LogEnd};
-use crate::log::format;
 use crate::log::recovery::{self, Recovered};
 use crate::log::storage::DirectStorage;
 use crate::stream::Table;
-use crate::stream::codec::{self, Entry};
+use crate::stream::rebuild::{self, Rebuild};
 
 /// Bucket id -> creation time.
 pub type Registry = BTreeMap<String, u64>;
@@ -45,37 +44,9 @@ pub struct Ready {
     pub next_seq: u64,
 }
 
-/// Replays one committed record (found at `at`) into the table and
-/// registry; its data is located in the log and cached within the budget.
-pub fn replay(
-    table: &mut Table,
-    registry: &mut Registry,
-    kind: u8,
-    payload: &[u8],
-    at: LogEnd,
-) -> Result<(), String> {
-    let entry = codec::decode(kind, payload).map_err(|e| format!("{e:?}"))?;
-    let data_at = codec::data_offset(&entry);
-    match entry {
-        Entry::Stream(command) => {
-            table.check(&command)?;
-            let (applied, _undo) = table.apply(command);
-            let location =
-                data_at.map(|d| (at.segment, at.pos + (format::HEADER_BYTES + d) as u64));
-            table.publish(&applied, location);
-            table.enforce_cache_budget();
-        }
-        Entry::BucketCreate {
-            bucket,
-            created_at_ms,
-        } => {
-            registry.insert(bucket, created_at_ms);
-        }
-        Entry::BucketDelete { bucket } => {
-            registry.remove(&bucket);
-        }
-    }
-    Ok(())
+/// Replays one committed record (found at `at`) into a rebuild.
+pub fn replay(rebuild: &mut Rebuild, kind: u8, payload: &[u8], at: LogEnd) -> Result<(), String> {
+    rebuild::replay_record(rebuild, kind, payload, (at.segment, at.pos))
 }
 
 async fn recover(
@@ -85,13 +56,16 @@ async fn recover(
 ) -> Result<(Recovered, Table, Registry, Rc<DirectStorage>), String> {
     let storage =
         Rc::new(DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?);
-    let budget = config.cache_bytes / config.cores as u64;
-    let (mut table, mut registry) = (Table::with_cache_budget(budget), Registry::new());
+    let mut rebuild = Rebuild::default();
     let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
-        replay(&mut table, &mut registry, kind, payload, at)
+        replay(&mut rebuild, kind, payload, at)
     })
     .await
     .map_err(|e| e.to_string())?;
+    let budget = config.cache_bytes / config.cores as u64;
+    let (table, registry) = rebuild
+        .finish(budget, crate::clock::now_ms())
+        .map_err(|e| format!("the log is inconsistent: {e}"))?;
     let r = &recovered.report;
     eprintln!(
         "rill: shard {index}: recovered {} records ({} bytes) from {} segments in {} ms: {} streams, {} buckets{}{}",

@@ -15,15 +15,29 @@
 //! 1 CREATE          key str, content_type str, ttl_secs opt<u64>,
 //!                   expires_at opt<str>, expires_at_ms opt<u64>, closed bool,
 //!                   data bytes, now_ms u64
-//! 2 APPEND          key str, data bytes, producer opt<producer>,
-//!                   stream_seq opt<str>, close bool, now_ms u64
-//! 3 CLOSE           key str, producer opt<producer>, now_ms u64
-//! 4 DELETE          key str
+//! 2 APPEND          key str, stream_id u64, start u64, data bytes,
+//!                   producer opt<producer>, stream_seq opt<str>, close bool,
+//!                   now_ms u64
+//! 3 CLOSE           key str, stream_id u64, producer opt<producer>, now_ms u64
+//! 4 DELETE          key str, stream_id u64
 //! 5 BUCKET_CREATE   bucket str, created_at_ms u64
 //! 6 BUCKET_DELETE   bucket str
+//! 7 RELOCATE        key str, stream_id u64, start u64, data bytes
+//! 8 IMAGE           key str, stream_id u64, content_type str,
+//!                   ttl_secs opt<u64>, expires_at opt<str>,
+//!                   expires_at_ms opt<u64>, created_at_ms u64,
+//!                   last_write_ms u64, closed bool, closed_by opt<producer>,
+//!                   stream_seq opt<str>, producers list<producer>, tail u64
 //!
 //! producer          id str, epoch u64, seq u64
+//! list<T>           u32 count, then the items
 //! ```
+//!
+//! Every record of a stream names its incarnation (`stream_id`, derived from
+//! key and creation time) and appends say where their data starts, so
+//! recovery can place data and apply deletes correctly even after the
+//! cleaner moved records: RELOCATE carries bytes copied out of a segment
+//! being cleaned, IMAGE the stream's whole metadata at that point.
 //!
 //! An append's producer coordinates travel in the same record as the data they
 //! guard, so data and dedup state commit atomically (PROTOCOL.md §5.2.1).
@@ -37,8 +51,40 @@ use std::fmt;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
     Stream(Command),
-    BucketCreate { bucket: String, created_at_ms: u64 },
-    BucketDelete { bucket: String },
+    BucketCreate {
+        bucket: String,
+        created_at_ms: u64,
+    },
+    BucketDelete {
+        bucket: String,
+    },
+    /// Stream bytes moved out of a segment being cleaned.
+    Relocate {
+        key: String,
+        stream_id: u64,
+        start: u64,
+        data: Vec<u8>,
+    },
+    /// A stream's complete metadata, superseding its earlier records'.
+    Image(Box<StreamImage>),
+}
+
+/// A stream's metadata as of one point of the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamImage {
+    pub key: String,
+    pub stream_id: u64,
+    pub content_type: String,
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<String>,
+    pub expires_at_ms: Option<u64>,
+    pub created_at_ms: u64,
+    pub last_write_ms: u64,
+    pub closed: bool,
+    pub closed_by: Option<ProducerWrite>,
+    pub stream_seq: Option<String>,
+    pub producers: Vec<ProducerWrite>,
+    pub tail: u64,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -49,6 +95,8 @@ pub mod kind {
     pub const DELETE: u8 = 4;
     pub const BUCKET_CREATE: u8 = 5;
     pub const BUCKET_DELETE: u8 = 6;
+    pub const RELOCATE: u8 = 7;
+    pub const IMAGE: u8 = 8;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,7 +146,9 @@ pub fn data_offset(entry: &Entry) -> Option<usize> {
     let blob = |len: usize| 4 + len;
     let opt = |present: bool, len: usize| 1 + if present { len } else { 0 };
     match entry {
-        Entry::Stream(Command::Append { key, .. }) => Some(blob(key.len()) + 4),
+        Entry::Stream(Command::Append { key, .. }) | Entry::Relocate { key, .. } => {
+            Some(blob(key.len()) + 16 + 4)
+        }
         Entry::Stream(Command::Create {
             key,
             content_type,
@@ -137,6 +187,19 @@ fn encode_entry(entry: &Entry, w: &mut Writer<'_>) -> u8 {
             w.str(bucket);
             kind::BUCKET_DELETE
         }
+        Entry::Relocate {
+            key,
+            stream_id,
+            start,
+            data,
+        } => {
+            w.str(key);
+            w.u64(*stream_id);
+            w.u64(*start);
+            w.data(data);
+            kind::RELOCATE
+        }
+        Entry::Image(image) => encode_image(image, w),
     }
 }
 
@@ -146,19 +209,45 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
         Command::Append { .. } => encode_append(command, w),
         Command::Close {
             key,
+            stream_id,
             producer,
             now_ms,
         } => {
             w.str(key);
+            w.u64(*stream_id);
             w.producer(producer.as_ref());
             w.u64(*now_ms);
             kind::CLOSE
         }
-        Command::Delete { key } => {
+        Command::Delete { key, stream_id } => {
             w.str(key);
+            w.u64(*stream_id);
             kind::DELETE
         }
     }
+}
+
+fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
+    w.str(&image.key);
+    w.u64(image.stream_id);
+    w.str(&image.content_type);
+    w.opt_u64(image.ttl_secs);
+    w.opt_str(image.expires_at.as_deref());
+    w.opt_u64(image.expires_at_ms);
+    w.u64(image.created_at_ms);
+    w.u64(image.last_write_ms);
+    w.bool(image.closed);
+    w.producer(image.closed_by.as_ref());
+    w.opt_str(image.stream_seq.as_deref());
+    let count = u32::try_from(image.producers.len()).expect("producer count fits u32");
+    w.out.extend_from_slice(&count.to_le_bytes());
+    for p in &image.producers {
+        w.str(&p.id);
+        w.u64(p.epoch);
+        w.u64(p.seq);
+    }
+    w.u64(image.tail);
+    kind::IMAGE
 }
 
 fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
@@ -189,6 +278,8 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
 fn encode_append(command: &Command, w: &mut Writer<'_>) -> u8 {
     let Command::Append {
         key,
+        stream_id,
+        start,
         data,
         producer,
         stream_seq,
@@ -199,6 +290,8 @@ fn encode_append(command: &Command, w: &mut Writer<'_>) -> u8 {
         unreachable!("encode_append of a non-append");
     };
     w.str(key);
+    w.u64(*stream_id);
+    w.u64(*start);
     w.data(data);
     w.producer(producer.as_ref());
     w.opt_str(stream_seq.as_deref());
@@ -277,10 +370,21 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
         kind::APPEND => Entry::Stream(decode_append(&mut r)?),
         kind::CLOSE => Entry::Stream(Command::Close {
             key: r.string()?,
+            stream_id: r.u64()?,
             producer: r.producer()?,
             now_ms: r.u64()?,
         }),
-        kind::DELETE => Entry::Stream(Command::Delete { key: r.string()? }),
+        kind::DELETE => Entry::Stream(Command::Delete {
+            key: r.string()?,
+            stream_id: r.u64()?,
+        }),
+        kind::RELOCATE => Entry::Relocate {
+            key: r.string()?,
+            stream_id: r.u64()?,
+            start: r.u64()?,
+            data: r.bytes()?.to_vec(),
+        },
+        kind::IMAGE => Entry::Image(Box::new(decode_image(&mut r)?)),
         kind::BUCKET_CREATE => Entry::BucketCreate {
             bucket: r.string()?,
             created_at_ms: r.u64()?,
@@ -307,9 +411,41 @@ fn decode_create(r: &mut Reader<'_>) -> Result<Command, CodecError> {
     })
 }
 
+fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
+    Ok(StreamImage {
+        key: r.string()?,
+        stream_id: r.u64()?,
+        content_type: r.string()?,
+        ttl_secs: r.opt_u64()?,
+        expires_at: r.opt_string()?,
+        expires_at_ms: r.opt_u64()?,
+        created_at_ms: r.u64()?,
+        last_write_ms: r.u64()?,
+        closed: r.bool()?,
+        closed_by: r.producer()?,
+        stream_seq: r.opt_string()?,
+        producers: {
+            let count = u32::from_le_bytes(r.array()?);
+            let mut list = Vec::new();
+            for _ in 0..count {
+                let id = r.string()?;
+                list.push(ProducerWrite {
+                    id,
+                    epoch: r.u64()?,
+                    seq: r.u64()?,
+                });
+            }
+            list
+        },
+        tail: r.u64()?,
+    })
+}
+
 fn decode_append(r: &mut Reader<'_>) -> Result<Command, CodecError> {
     Ok(Command::Append {
         key: r.string()?,
+        stream_id: r.u64()?,
+        start: r.u64()?,
         data: r.bytes()?.to_vec(),
         producer: r.producer()?,
         stream_seq: r.opt_string()?,
@@ -434,6 +570,8 @@ mod tests {
     fn append(full: bool) -> Entry {
         Entry::Stream(Command::Append {
             key: "bkt1/s".into(),
+            stream_id: 0xfeed_beef,
+            start: if full { 1 << 40 } else { 0 },
             data: vec![0, 1, 2, 0xff],
             producer: if full { producer() } else { None },
             stream_seq: full.then(|| "0007".into()),
@@ -445,6 +583,7 @@ mod tests {
     fn close(full: bool) -> Entry {
         Entry::Stream(Command::Close {
             key: "bkt1/s".into(),
+            stream_id: 7,
             producer: if full { producer() } else { None },
             now_ms: 0,
         })
@@ -459,7 +598,40 @@ mod tests {
         all.extend([
             Entry::Stream(Command::Delete {
                 key: "/v1/stream/ünïcode".into(),
+                stream_id: u64::MAX,
             }),
+            Entry::Relocate {
+                key: "bkt1/s".into(),
+                stream_id: 3,
+                start: 9,
+                data: b"moved".to_vec(),
+            },
+            Entry::Image(Box::new(StreamImage {
+                key: "bkt1/s".into(),
+                stream_id: 3,
+                content_type: "text/plain".into(),
+                ttl_secs: Some(60),
+                expires_at: None,
+                expires_at_ms: None,
+                created_at_ms: 1,
+                last_write_ms: 2,
+                closed: true,
+                closed_by: producer(),
+                stream_seq: Some("9".into()),
+                producers: vec![
+                    ProducerWrite {
+                        id: "a".into(),
+                        epoch: 1,
+                        seq: 2,
+                    },
+                    ProducerWrite {
+                        id: "b".into(),
+                        epoch: 0,
+                        seq: 0,
+                    },
+                ],
+                tail: 14,
+            })),
             Entry::BucketCreate {
                 bucket: "bkt1".into(),
                 created_at_ms: 42,
@@ -478,8 +650,8 @@ mod tests {
             let (_, at) = encode_located(&entry, &mut out);
             assert_eq!(at, data_offset(&entry));
             let payload = &out[2..];
-            if let Entry::Stream(Command::Create { data, .. } | Command::Append { data, .. }) =
-                &entry
+            if let Entry::Stream(Command::Create { data, .. } | Command::Append { data, .. })
+            | Entry::Relocate { data, .. } = &entry
             {
                 let at = at.expect("creates and appends carry data");
                 assert_eq!(&payload[at..at + data.len()], data.as_slice());
@@ -506,7 +678,7 @@ mod tests {
     #[test]
     fn kinds() {
         let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
-        assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 5, 6]);
     }
 
     #[test]
@@ -526,6 +698,8 @@ mod tests {
         let (_, payload) = encoded(&append(true));
         let mut want = vec![6, 0, 0, 0];
         want.extend_from_slice(b"bkt1/s");
+        want.extend_from_slice(&0xfeed_beef_u64.to_le_bytes());
+        want.extend_from_slice(&(1u64 << 40).to_le_bytes());
         want.extend_from_slice(&[4, 0, 0, 0, 0, 1, 2, 0xff]);
         want.extend_from_slice(&[1, 8, 0, 0, 0]);
         want.extend_from_slice(b"writer-1");
@@ -560,7 +734,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_error() {
-        for kind in [0, 7, 0xff] {
+        for kind in [0, 9, 0xff] {
             assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
         }
     }

@@ -27,6 +27,10 @@ pub enum Command {
     /// POST with a body: append canonical bytes, optionally closing.
     Append {
         key: String,
+        /// The incarnation appended to, and where its data starts: recovery
+        /// places data by these even when records come out of order.
+        stream_id: u64,
+        start: u64,
         data: Vec<u8>,
         producer: Option<ProducerWrite>,
         stream_seq: Option<String>,
@@ -36,11 +40,12 @@ pub enum Command {
     /// POST `Stream-Closed: true` with an empty body.
     Close {
         key: String,
+        stream_id: u64,
         producer: Option<ProducerWrite>,
         now_ms: u64,
     },
-    /// DELETE, or expiry reaped on access.
-    Delete { key: String },
+    /// DELETE, or expiry reaped on access. Deletes only this incarnation.
+    Delete { key: String, stream_id: u64 },
 }
 
 impl Command {
@@ -49,7 +54,7 @@ impl Command {
             Command::Create { key, .. }
             | Command::Append { key, .. }
             | Command::Close { key, .. }
-            | Command::Delete { key } => key,
+            | Command::Delete { key, .. } => key,
         }
     }
 }

@@ -35,6 +35,16 @@ pub struct StreamData {
 }
 
 impl StreamData {
+    /// Data rebuilt by recovery: all of it in the log, nothing cached.
+    pub fn recovered(extents: Vec<Extent>, tail: u64) -> StreamData {
+        debug_assert_eq!(extents.last().map_or(0, Extent::end), tail);
+        StreamData {
+            tail,
+            chunks: VecDeque::new(),
+            extents,
+        }
+    }
+
     pub fn tail(&self) -> u64 {
         self.tail
     }

@@ -91,6 +91,12 @@ impl Table {
         }
     }
 
+    /// Adds a stream rebuilt by recovery (durable, nothing cached).
+    pub fn restore(&mut self, key: String, stream: Stream) {
+        self.cache.keys.insert(stream.id, key.clone());
+        self.streams.insert(key, stream);
+    }
+
     /// Cached bytes that eviction may drop (committed data).
     pub fn cached_bytes(&self) -> u64 {
         self.cache.used
@@ -130,20 +136,6 @@ impl Table {
         }
     }
 
-    /// Whether `command` fits the current state (recovery checks records
-    /// before replaying them, so an inconsistent log cannot panic).
-    pub fn check(&self, command: &Command) -> Result<(), &'static str> {
-        let stream = self.streams.get(command.key());
-        match (command, stream) {
-            (Command::Create { .. }, Some(_)) => Err("create of an existing stream"),
-            (Command::Append { .. } | Command::Close { .. }, None) => {
-                Err("write to a missing stream")
-            }
-            (Command::Append { .. }, Some(s)) if s.closed => Err("append to a closed stream"),
-            _ => Ok(()),
-        }
-    }
-
     /// Applies one decided command to the head state. Commands were
     /// validated by `protocol` against this same state, so one that no
     /// longer fits is a bug.
@@ -152,6 +144,8 @@ impl Table {
             Command::Create { .. } => self.apply_create(command),
             Command::Append {
                 key,
+                stream_id,
+                start,
                 data,
                 producer,
                 stream_seq,
@@ -163,6 +157,11 @@ impl Table {
                     .get_mut(&key)
                     .expect("append to a missing stream");
                 assert!(!stream.closed, "append to a closed stream");
+                assert_eq!(
+                    (stream.id, stream.head_tail()),
+                    (stream_id, start),
+                    "append decided on other state"
+                );
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 let data_start = stream.head_tail();
                 push_data(stream, data);
@@ -183,6 +182,7 @@ impl Table {
             }
             Command::Close {
                 key,
+                stream_id,
                 producer,
                 now_ms,
             } => {
@@ -190,6 +190,7 @@ impl Table {
                     .streams
                     .get_mut(&key)
                     .expect("close of a missing stream");
+                assert_eq!(stream.id, stream_id, "close decided on another incarnation");
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 record_producer(stream, producer.as_ref());
                 if !stream.closed {
@@ -200,8 +201,12 @@ impl Table {
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
-            Command::Delete { key } => {
-                let removed = self.streams.remove(&key).map(Box::new);
+            Command::Delete { key, stream_id } => {
+                let matches = self.streams.get(&key).is_some_and(|s| s.id == stream_id);
+                let removed = matches
+                    .then(|| self.streams.remove(&key))
+                    .flatten()
+                    .map(Box::new);
                 if let Some(stream) = &removed {
                     self.cache.forget(stream);
                 }
@@ -368,7 +373,7 @@ impl CacheBudget {
 
 /// Stable across restarts (ETags survive them) and different for every
 /// incarnation of a key.
-fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
+pub fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
     let mut bytes = key.as_bytes().to_vec();
     bytes.extend_from_slice(&created_at_ms.to_le_bytes());
     xxh3_64(&bytes).max(1)
@@ -468,9 +473,18 @@ mod tests {
         }
     }
 
-    fn append(key: &str, data: &[u8], producer: Option<ProducerWrite>, close: bool) -> Command {
+    fn append(
+        table: &Table,
+        key: &str,
+        data: &[u8],
+        producer: Option<ProducerWrite>,
+        close: bool,
+    ) -> Command {
+        let stream = table.get(key).unwrap();
         Command::Append {
             key: key.into(),
+            stream_id: stream.id,
+            start: stream.head_tail(),
             data: data.to_vec(),
             producer,
             stream_seq: Some("b".into()),
@@ -484,7 +498,7 @@ mod tests {
         let mut table = Table::default();
         let (created, _) = table.apply(create("k", b"ab"));
         assert!(table.get_visible("k").is_none());
-        let (appended, _) = table.apply(append("k", b"cd", None, false));
+        let (appended, _) = table.apply(append(&table, "k", b"cd", None, false));
         assert!(table.publish(&created, None));
         assert_eq!(table.get_visible("k").unwrap().tail(), 2);
         assert!(table.publish(&appended, None));
@@ -502,8 +516,12 @@ mod tests {
             epoch: 1,
             seq: 0,
         };
-        let (_, undo_append) = table.apply(append("k", b"cd", Some(producer), true));
-        let (_, undo_delete) = table.apply(Command::Delete { key: "k".into() });
+        let (_, undo_append) = table.apply(append(&table, "k", b"cd", Some(producer), true));
+        let id = table.get("k").unwrap().id;
+        let (_, undo_delete) = table.apply(Command::Delete {
+            key: "k".into(),
+            stream_id: id,
+        });
         table.undo(undo_delete);
         table.undo(undo_append);
         assert_eq!(table.get("k").unwrap(), &before);
@@ -516,7 +534,11 @@ mod tests {
     fn publish_ignores_an_older_incarnation() {
         let mut table = Table::default();
         let (old, _) = table.apply(create("k", b"a"));
-        table.apply(Command::Delete { key: "k".into() });
+        let id = table.get("k").unwrap().id;
+        table.apply(Command::Delete {
+            key: "k".into(),
+            stream_id: id,
+        });
         let mut newer = create("k", b"");
         if let Command::Create { now_ms, .. } = &mut newer {
             *now_ms = 6;

@@ -1,0 +1,308 @@
+//! The `append` scenario: N streams, one closed-loop writer per stream on its
+//! own keep-alive connection (or K connections cycling over the streams),
+//! optionally paced to a total rate.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hyper::Method;
+use serde::Serialize;
+use tokio::sync::Barrier;
+
+use crate::Api;
+use crate::client::{Conn, Error, Target};
+use crate::stats::{self, Latency};
+
+#[derive(clap::Args, Debug)]
+pub struct AppendArgs {
+    /// Server base URL, e.g. http://127.0.0.1:4437
+    #[arg(long)]
+    url: String,
+    #[arg(long, value_enum, default_value = "v1")]
+    api: Api,
+    /// Bucket name for --api bucket [default: bench-{run}]
+    #[arg(long)]
+    bucket: Option<String>,
+    /// Number of streams.
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// Payload size of each append, in bytes.
+    #[arg(long, default_value_t = 256)]
+    payload: usize,
+    /// Measurement length in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// K connections cycling over the N streams instead of one per stream.
+    #[arg(long)]
+    shared_connections: Option<usize>,
+    /// Total appends per second over all connections (open loop; latency is
+    /// measured from each request's scheduled time). Default: closed loop.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Stop after this many appends in total (split over the connections),
+    /// or at --duration, whichever comes first.
+    #[arg(long)]
+    total_appends: Option<u64>,
+    /// Server process id, to report its CPU use from /proc/PID/stat.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Label for the table and the JSON (e.g. rill, reference, null).
+    #[arg(long, default_value = "")]
+    label: String,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<std::path::PathBuf>,
+}
+
+#[derive(Serialize)]
+struct Report {
+    scenario: &'static str,
+    label: String,
+    url: String,
+    api: Api,
+    streams: usize,
+    connections: usize,
+    payload_bytes: usize,
+    duration_s: f64,
+    rate_limit: Option<f64>,
+    elapsed_s: f64,
+    appends: u64,
+    errors: u64,
+    error_kinds: BTreeMap<String, u64>,
+    appends_per_s: f64,
+    mb_per_s: f64,
+    latency_us: Latency,
+    client_cpu_pct: f64,
+    server_cpu_pct: Option<f64>,
+    unix_time: u64,
+}
+
+struct WorkerResult {
+    ok: u64,
+    errors: BTreeMap<String, u64>,
+    hist: hdrhistogram::Histogram<u64>,
+}
+
+fn stream_path(api: Api, run: &str, bucket: &str, i: usize) -> String {
+    match api {
+        Api::V1 => format!("/v1/stream/bench-{run}-{i}"),
+        Api::Bucket => format!("/{bucket}/bench-{i}"),
+    }
+}
+
+pub async fn run(args: AppendArgs) -> Result<(), Error> {
+    if args.streams == 0 || args.payload == 0 || args.duration <= 0.0 {
+        return Err("--streams, --payload and --duration must be positive".into());
+    }
+    let target = Target::parse(&args.url)?;
+    let now = SystemTime::now().duration_since(UNIX_EPOCH)?;
+    let run = format!("{}-{}", now.as_millis(), std::process::id());
+    let bucket = args
+        .bucket
+        .clone()
+        .unwrap_or_else(|| format!("bench-{run}"));
+    if args.api == Api::Bucket {
+        let reply = Conn::new(target.clone())
+            .send(Method::PUT, &format!("/{bucket}"), None, Bytes::new())
+            .await?;
+        if !reply.status.is_success() && reply.status.as_u16() != 409 {
+            return Err(format!("PUT /{bucket}: {}", reply.status).into());
+        }
+    }
+    let paths: Vec<String> = (0..args.streams)
+        .map(|i| stream_path(args.api, &run, &bucket, i))
+        .collect();
+    let workers = args
+        .shared_connections
+        .unwrap_or(args.streams)
+        .clamp(1, args.streams);
+    let payload = Bytes::from(vec![b'x'; args.payload]);
+    let duration = Duration::from_secs_f64(args.duration);
+    // Each worker's interval between sends when paced.
+    let interval = args
+        .rate
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(workers as f64 / r));
+    // Workers + this task meet twice: after creating their streams, and
+    // after the measurement starts (so the CPU baseline is taken in time).
+    let barrier = Arc::new(Barrier::new(workers + 1));
+    let mut handles = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let mine: Vec<String> = paths.iter().skip(w).step_by(workers).cloned().collect();
+        let target = target.clone();
+        let payload = payload.clone();
+        let barrier = barrier.clone();
+        // Worker w's share of --total-appends (the first ones take the remainder).
+        let limit = args.total_appends.map(|t| {
+            let w = w as u64;
+            let n = workers as u64;
+            t / n + u64::from(w < t % n)
+        });
+        handles.push(tokio::spawn(async move {
+            worker(target, mine, payload, duration, interval, limit, barrier).await
+        }));
+    }
+    barrier.wait().await; // every stream created
+    let cpu0 = stats::self_cpu_seconds();
+    let server0 = args.server_pid.and_then(stats::pid_cpu_seconds);
+    let start = Instant::now();
+    barrier.wait().await; // go
+    let mut ok = 0;
+    let mut error_kinds = BTreeMap::new();
+    let mut hist = stats::histogram();
+    for handle in handles {
+        let r = handle.await??;
+        ok += r.ok;
+        for (k, v) in r.errors {
+            *error_kinds.entry(k).or_insert(0) += v;
+        }
+        hist.add(&r.hist)?;
+    }
+    let elapsed = start.elapsed().as_secs_f64();
+    let client_cpu = stats::self_cpu_seconds() - cpu0;
+    let server_cpu = match (server0, args.server_pid.and_then(stats::pid_cpu_seconds)) {
+        (Some(a), Some(b)) => Some((b - a) / elapsed * 100.0),
+        _ => None,
+    };
+    let errors = error_kinds.values().sum();
+    let report = Report {
+        scenario: "append",
+        label: args.label.clone(),
+        url: args.url.clone(),
+        api: args.api,
+        streams: args.streams,
+        connections: workers,
+        payload_bytes: args.payload,
+        duration_s: args.duration,
+        rate_limit: args.rate,
+        elapsed_s: elapsed,
+        appends: ok,
+        errors,
+        error_kinds,
+        appends_per_s: ok as f64 / elapsed,
+        mb_per_s: (ok * args.payload as u64) as f64 / elapsed / 1e6,
+        latency_us: Latency::of(&hist),
+        client_cpu_pct: client_cpu / elapsed * 100.0,
+        server_cpu_pct: server_cpu,
+        unix_time: now.as_secs(),
+    };
+    print_table(&report);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
+    }
+    Ok(())
+}
+
+async fn worker(
+    target: Target,
+    paths: Vec<String>,
+    payload: Bytes,
+    duration: Duration,
+    interval: Option<Duration>,
+    limit: Option<u64>,
+    barrier: Arc<Barrier>,
+) -> Result<WorkerResult, Error> {
+    let mut conn = Conn::new(target);
+    let mut errors = BTreeMap::new();
+    for path in &paths {
+        match conn
+            .send(Method::PUT, path, Some("text/plain"), Bytes::new())
+            .await
+        {
+            Ok(r) if r.status.is_success() => {}
+            Ok(r) => return Err(format!("creating {path}: {}", r.status).into()),
+            Err(e) => return Err(format!("creating {path}: {e}").into()),
+        }
+    }
+    barrier.wait().await;
+    barrier.wait().await;
+    let start = Instant::now();
+    let deadline = start + duration;
+    let mut hist = stats::histogram();
+    let mut ok = 0u64;
+    let mut sent = 0u64;
+    loop {
+        let scheduled = match interval {
+            Some(every) => {
+                let at = start + every.mul_f64(sent as f64);
+                tokio::time::sleep_until(at.into()).await;
+                at
+            }
+            None => Instant::now(),
+        };
+        if scheduled >= deadline || limit.is_some_and(|l| sent >= l) {
+            break;
+        }
+        let path = &paths[(sent as usize) % paths.len()];
+        sent += 1;
+        match conn
+            .send(Method::POST, path, Some("text/plain"), payload.clone())
+            .await
+        {
+            Ok(r) if r.status.is_success() => {
+                ok += 1;
+                let micros = scheduled.elapsed().as_micros() as u64;
+                hist.saturating_record(micros.max(1));
+            }
+            Ok(r) => {
+                *errors
+                    .entry(format!("http {}", r.status.as_u16()))
+                    .or_insert(0) += 1
+            }
+            Err(e) => {
+                *errors.entry(format!("transport: {e}")).or_insert(0) += 1;
+                // Do not spin on a refused connection.
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+    Ok(WorkerResult { ok, errors, hist })
+}
+
+fn print_table(r: &Report) {
+    let l = &r.latency_us;
+    let label = if r.label.is_empty() { &r.url } else { &r.label };
+    println!(
+        "append {label}: {} streams, {} connections, {} B payload, {:.1} s{}",
+        r.streams,
+        r.connections,
+        r.payload_bytes,
+        r.elapsed_s,
+        r.rate_limit
+            .map(|x| format!(", rate {x}/s"))
+            .unwrap_or_default()
+    );
+    println!(
+        "{:>12} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>8} {:>8}",
+        "appends/s",
+        "MB/s",
+        "p50 µs",
+        "p90 µs",
+        "p99 µs",
+        "p999 µs",
+        "max µs",
+        "errors",
+        "cli CPU",
+        "srv CPU"
+    );
+    println!(
+        "{:>12.0} {:>9.2} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8} {:>7.0}% {:>8}",
+        r.appends_per_s,
+        r.mb_per_s,
+        l.p50,
+        l.p90,
+        l.p99,
+        l.p999,
+        l.max,
+        r.errors,
+        r.client_cpu_pct,
+        r.server_cpu_pct
+            .map(|c| format!("{c:.0}%"))
+            .unwrap_or_else(|| "-".into())
+    );
+    for (kind, n) in &r.error_kinds {
+        println!("  error {kind}: {n}");
+    }
+}

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# Run the same `rill-bench append` scenario against rill, the Node reference
+# server (@durable-streams/server, file-backed) and rill-bench's null server,
+# one after the other, and print a ratio table.
+#
+#   scripts/bench-compare.sh [--duration S] [--streams N] [--payload B]
+#                            [--shared-connections K] [--cores N] [--out DIR]
+#
+# Options:
+#   --duration S             seconds per server (default 10)
+#   --streams N              streams, one connection each (default 100)
+#   --payload B              bytes per append (default 256)
+#   --shared-connections K   K connections cycling over the streams instead
+#   --cores N                rill --cores (default: nproc)
+#   --out DIR                keep the JSON results and server logs here
+#                            (default: a new temp dir, printed at the end)
+#
+# Environment:
+#   RILL_BIN        use this rill binary instead of `cargo build --release`
+#   BENCH_BIN       use this rill-bench binary instead of building it
+#   REFERENCE_DIR   npm cache dir for @durable-streams/server@0.3.7
+#                   (default ~/.cache/rill-bench/reference-0.3.7)
+#   OTHER_SERVERS   extra servers, already running, to run the scenario
+#                   against with --api v1: space-separated NAME=URL pairs,
+#                   e.g. OTHER_SERVERS="caddy=http://127.0.0.1:8080". They
+#                   get a row each (ratio rill/NAME). The script does not
+#                   start or stop them.
+#
+# rill runs with --fsync always on a fresh temp data dir; the reference server
+# runs file-backed on a fresh temp dir. Everything started is stopped on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DURATION=10 STREAMS=100 PAYLOAD=256 SHARED="" CORES="$(nproc)" OUT=""
+REF_VERSION=0.3.7
+REFERENCE_DIR="${REFERENCE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-bench/reference-$REF_VERSION}"
+
+die() {
+  echo "bench-compare.sh: error: $*" >&2
+  exit 2
+}
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+  --duration | --streams | --payload | --shared-connections | --cores | --out)
+    [ $# -ge 2 ] || die "$1 needs a value"
+    case "$1" in
+    --duration) DURATION="$2" ;;
+    --streams) STREAMS="$2" ;;
+    --payload) PAYLOAD="$2" ;;
+    --shared-connections) SHARED="$2" ;;
+    --cores) CORES="$2" ;;
+    --out) OUT="$2" ;;
+    esac
+    shift 2
+    ;;
+  -h | --help)
+    sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *) die "unknown option $1 (see --help)" ;;
+  esac
+done
+for n in "$STREAMS" "$PAYLOAD" "$CORES" ${SHARED:+"$SHARED"}; do
+  case "$n" in '' | *[!0-9]*) die "expected a positive integer, got '$n'" ;; esac
+done
+for tool in node npm python3 curl; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is required but not on PATH"
+done
+
+# ---- binaries ---------------------------------------------------------------
+if [ -z "${RILL_BIN:-}" ] || [ -z "${BENCH_BIN:-}" ]; then
+  echo "==> cargo build --release (rill, rill-bench)"
+  (cd "$ROOT" && cargo build --release </dev/null && cargo build --release -p rill-bench </dev/null) ||
+    die "cargo build failed"
+fi
+RILL_BIN="${RILL_BIN:-$ROOT/target/release/rill}"
+BENCH_BIN="${BENCH_BIN:-$ROOT/target/release/rill-bench}"
+[ -x "$RILL_BIN" ] || die "rill binary not found: $RILL_BIN"
+[ -x "$BENCH_BIN" ] || die "rill-bench binary not found: $BENCH_BIN"
+
+# ---- reference server install (cached) ----------------------------------------
+if [ ! -f "$REFERENCE_DIR/node_modules/@durable-streams/server/package.json" ]; then
+  echo "==> npm install @durable-streams/server@$REF_VERSION into $REFERENCE_DIR"
+  mkdir -p "$REFERENCE_DIR"
+  (cd "$REFERENCE_DIR" && npm install --no-audit --no-fund --no-save \
+    "@durable-streams/server@$REF_VERSION" </dev/null >npm.log 2>&1) ||
+    die "npm install failed; see $REFERENCE_DIR/npm.log"
+fi
+cp "$ROOT/perf/reference-server.mjs" "$REFERENCE_DIR/reference-server.mjs"
+
+# ---- bookkeeping ----------------------------------------------------------------
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/rill-bench-compare.XXXXXX")"
+[ -n "$OUT" ] || OUT="$WORK/results"
+mkdir -p "$OUT"
+SERVER_PID=""
+
+stop_server() {
+  [ -n "$SERVER_PID" ] || return 0
+  if kill -0 "$SERVER_PID" 2>/dev/null; then
+    kill -TERM "$SERVER_PID" 2>/dev/null || true
+    for _ in $(seq 50); do
+      kill -0 "$SERVER_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+      echo "bench-compare.sh: pid $SERVER_PID ignored SIGTERM for 5 s; sending SIGKILL" >&2
+      kill -KILL "$SERVER_PID" 2>/dev/null || true
+    fi
+  fi
+  wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+}
+cleanup() {
+  stop_server
+  rm -rf "$WORK/data"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_port PORT: until something accepts on 127.0.0.1:PORT (20 s).
+wait_port() {
+  for _ in $(seq 200); do
+    kill -0 "$SERVER_PID" 2>/dev/null || return 1
+    if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# bench NAME URL [PID]: the append scenario against URL, JSON to $OUT/NAME.json.
+bench() {
+  local name="$1" url="$2" pid="${3:-}"
+  echo "==> append against $name ($url)"
+  "$BENCH_BIN" append --url "$url" --api v1 --streams "$STREAMS" --payload "$PAYLOAD" \
+    --duration "$DURATION" --label "$name" --json "$OUT/$name.json" \
+    ${SHARED:+--shared-connections "$SHARED"} ${pid:+--server-pid "$pid"} </dev/null
+}
+
+# start NAME CMD...: start a server in the background, logs in $OUT/NAME.log.
+start() {
+  local name="$1"
+  shift
+  "$@" </dev/null >"$OUT/$name.log" 2>&1 &
+  SERVER_PID=$!
+}
+
+NAMES=()
+
+# ---- rill --------------------------------------------------------------------------
+mkdir -p "$WORK/data"
+PORT="$(free_port)"
+start rill "$RILL_BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data/rill" \
+  --cores "$CORES" --fsync always
+wait_port "$PORT" || {
+  tail -n 20 "$OUT/rill.log" >&2
+  die "rill did not start"
+}
+bench rill "http://127.0.0.1:$PORT" "$SERVER_PID"
+NAMES+=(rill)
+stop_server
+
+# ---- reference server ----------------------------------------------------------------
+PORT="$(free_port)"
+start reference node "$REFERENCE_DIR/reference-server.mjs" "$PORT" "$WORK/data/reference"
+wait_port "$PORT" || {
+  tail -n 20 "$OUT/reference.log" >&2
+  die "reference server did not start"
+}
+bench reference "http://127.0.0.1:$PORT" "$SERVER_PID"
+NAMES+=(reference)
+stop_server
+
+# ---- null server ------------------------------------------------------------------------
+PORT="$(free_port)"
+start null "$BENCH_BIN" null-server --listen "127.0.0.1:$PORT"
+wait_port "$PORT" || {
+  tail -n 20 "$OUT/null.log" >&2
+  die "null server did not start"
+}
+bench null "http://127.0.0.1:$PORT" "$SERVER_PID"
+NAMES+=(null)
+stop_server
+
+# ---- other servers (already running) -------------------------------------------------------
+for pair in ${OTHER_SERVERS:-}; do
+  name="${pair%%=*}" url="${pair#*=}"
+  [ -n "$name" ] && [ "$name" != "$pair" ] || die "OTHER_SERVERS entry '$pair' is not NAME=URL"
+  bench "$name" "$url"
+  NAMES+=("$name")
+done
+
+# ---- ratio table ------------------------------------------------------------------------------
+python3 - "$OUT" "${NAMES[@]}" <<'PY' | tee "$OUT/summary.md"
+import json, sys
+out, names = sys.argv[1], sys.argv[2:]
+r = {n: json.load(open(f"{out}/{n}.json")) for n in names}
+first = r[names[0]]
+print(f"\n{first['streams']} streams x {first['payload_bytes']} B, "
+      f"{first['connections']} connections, {first['duration_s']} s each\n")
+print("| server | appends/s | MB/s | p50 µs | p90 µs | p99 µs | p999 µs | max µs | errors | client CPU | server CPU |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for n in names:
+    x, l = r[n], r[n]["latency_us"]
+    srv = "-" if x.get("server_cpu_pct") is None else f"{x['server_cpu_pct']:.0f} %"
+    print(f"| {n} | {x['appends_per_s']:.0f} | {x['mb_per_s']:.2f} | {l['p50']} | {l['p90']} | "
+          f"{l['p99']} | {l['p999']} | {l['max']} | {x['errors']} | {x['client_cpu_pct']:.0f} % | {srv} |")
+rill = r["rill"]
+print("\n| ratio | appends/s | p50 latency | p99 latency |")
+print("|---|---|---|---|")
+for n in names:
+    if n == "rill":
+        continue
+    x = r[n]
+    def ratio(a, b):
+        return f"{a / b:.2f}x" if b else "-"
+    print(f"| rill/{n} | {ratio(rill['appends_per_s'], x['appends_per_s'])} | "
+          f"{ratio(rill['latency_us']['p50'], x['latency_us']['p50'])} | "
+          f"{ratio(rill['latency_us']['p99'], x['latency_us']['p99'])} |")
+PY
+echo "bench-compare.sh: results in $OUT"

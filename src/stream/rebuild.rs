@@ -1,0 +1,327 @@
+//! Recovery's replay of a shard's log (issue 3 "Recovery"): metadata follows
+//! the records in log order, the latest IMAGE superseding what came before,
+//! while stream bytes are placed by (incarnation, offset) wherever their
+//! record is, so data moved by the cleaner (RELOCATE) lands where it
+//! belongs whatever order the records come in. Data stays on disk: only
+//! extents (and JSON message boundaries) are kept; the cache starts cold.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::codec::{self, Entry, StreamImage};
+use super::command::{Command, ProducerWrite};
+use super::data::{Extent, StreamData};
+use super::state::{ProducerState, Stream};
+use super::table::{Table, incarnation_id};
+
+/// Where a record's data bytes are: (segment, file position).
+pub type Location = (u64, u64);
+
+/// One placed run of stream bytes.
+struct Piece {
+    len: u64,
+    location: Location,
+    /// JSON message ends inside the piece (absolute offsets), when the
+    /// piece may belong to a JSON stream.
+    newlines: Vec<u64>,
+}
+
+#[derive(Default)]
+pub struct Rebuild {
+    /// Current incarnation of each key.
+    meta: HashMap<String, StreamImage>,
+    /// Data pieces by stream id, then start offset.
+    placed: HashMap<u64, BTreeMap<u64, Piece>>,
+    /// Bucket id -> creation time.
+    pub registry: BTreeMap<String, u64>,
+}
+
+impl Rebuild {
+    /// Replays one committed record, whose stream data (if any) is at
+    /// `location`.
+    pub fn replay(&mut self, entry: Entry, location: Option<Location>) {
+        match entry {
+            Entry::Stream(command) => self.command(command, location),
+            Entry::BucketCreate {
+                bucket,
+                created_at_ms,
+            } => {
+                self.registry.insert(bucket, created_at_ms);
+            }
+            Entry::BucketDelete { bucket } => {
+                self.registry.remove(&bucket);
+            }
+            Entry::Relocate {
+                key,
+                stream_id,
+                start,
+                data,
+            } => {
+                let json = self.meta.get(&key).is_none_or(content_is_json);
+                self.place(stream_id, start, &data, location, json);
+            }
+            Entry::Image(image) => {
+                self.meta.insert(image.key.clone(), *image);
+            }
+        }
+    }
+
+    fn command(&mut self, command: Command, location: Option<Location>) {
+        match command {
+            Command::Create {
+                key,
+                content_type,
+                ttl_secs,
+                expires_at,
+                expires_at_ms,
+                closed,
+                data,
+                now_ms,
+            } => {
+                let stream_id = incarnation_id(&key, now_ms);
+                let json = crate::protocol::content_type::is_json(&content_type);
+                self.place(stream_id, 0, &data, location, json);
+                let image = StreamImage {
+                    key: key.clone(),
+                    stream_id,
+                    content_type,
+                    ttl_secs,
+                    expires_at,
+                    expires_at_ms,
+                    created_at_ms: now_ms,
+                    last_write_ms: now_ms,
+                    closed,
+                    closed_by: None,
+                    stream_seq: None,
+                    producers: Vec::new(),
+                    tail: data.len() as u64,
+                };
+                self.meta.insert(key, image);
+            }
+            Command::Append {
+                key,
+                stream_id,
+                start,
+                data,
+                producer,
+                stream_seq,
+                close,
+                now_ms,
+            } => {
+                let json = self.meta.get(&key).is_none_or(content_is_json);
+                self.place(stream_id, start, &data, location, json);
+                let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id)
+                else {
+                    return;
+                };
+                meta.tail = meta.tail.max(start + data.len() as u64);
+                if stream_seq.is_some() {
+                    meta.stream_seq = stream_seq;
+                }
+                if close && !meta.closed {
+                    meta.closed = true;
+                    meta.closed_by = producer.clone();
+                }
+                meta.last_write_ms = now_ms;
+                record_producer(meta, producer);
+            }
+            Command::Close {
+                key,
+                stream_id,
+                producer,
+                ..
+            } => {
+                let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id)
+                else {
+                    return;
+                };
+                if !meta.closed {
+                    meta.closed = true;
+                    meta.closed_by = producer.clone();
+                }
+                record_producer(meta, producer);
+            }
+            Command::Delete { key, stream_id } => {
+                if self
+                    .meta
+                    .get(&key)
+                    .is_some_and(|m| m.stream_id == stream_id)
+                {
+                    self.meta.remove(&key);
+                }
+                self.placed.remove(&stream_id);
+            }
+        }
+    }
+
+    fn place(
+        &mut self,
+        stream_id: u64,
+        start: u64,
+        data: &[u8],
+        location: Option<Location>,
+        json: bool,
+    ) {
+        let Some(location) = location.filter(|_| !data.is_empty()) else {
+            return;
+        };
+        let newlines = match json {
+            true => memchr::memchr_iter(b'\n', data)
+                .map(|i| start + i as u64 + 1)
+                .collect(),
+            false => Vec::new(),
+        };
+        let piece = Piece {
+            len: data.len() as u64,
+            location,
+            newlines,
+        };
+        self.placed
+            .entry(stream_id)
+            .or_default()
+            .insert(start, piece);
+    }
+
+    /// The table recovery leaves: every stream with its extents and
+    /// metadata. `Err` names a stream whose data is not all there.
+    pub fn finish(
+        mut self,
+        cache_budget: u64,
+        now_ms: u64,
+    ) -> Result<(Table, BTreeMap<String, u64>), String> {
+        let mut table = Table::with_cache_budget(cache_budget);
+        for (key, meta) in std::mem::take(&mut self.meta) {
+            let pieces = self.placed.remove(&meta.stream_id).unwrap_or_default();
+            let stream = build(meta, pieces, now_ms).map_err(|e| format!("stream {key}: {e}"))?;
+            table.restore(key, stream);
+        }
+        Ok((table, self.registry))
+    }
+}
+
+fn content_is_json(meta: &StreamImage) -> bool {
+    crate::protocol::content_type::is_json(&meta.content_type)
+}
+
+fn record_producer(meta: &mut StreamImage, producer: Option<ProducerWrite>) {
+    let Some(p) = producer else { return };
+    match meta.producers.iter_mut().find(|q| q.id == p.id) {
+        Some(existing) => *existing = p,
+        None => meta.producers.push(p),
+    }
+}
+
+/// A stream from its metadata and placed pieces, which must cover
+/// `[0, tail)` without gaps.
+fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result<Stream, String> {
+    let json = crate::protocol::content_type::is_json(&meta.content_type);
+    let mut extents = Vec::new();
+    let mut message_ends = Vec::new();
+    let mut covered = 0;
+    for (start, piece) in pieces.range(..meta.tail) {
+        if *start != covered {
+            return Err(format!(
+                "data missing between offsets {covered} and {start}"
+            ));
+        }
+        let (segment, pos) = piece.location;
+        extents.push(Extent {
+            start: *start,
+            len: piece.len,
+            segment,
+            pos,
+        });
+        match json {
+            true => message_ends.extend_from_slice(&piece.newlines),
+            false => message_ends.push(start + piece.len),
+        }
+        covered = start + piece.len;
+    }
+    if covered != meta.tail {
+        return Err(format!(
+            "data ends at {covered}, the stream at {}",
+            meta.tail
+        ));
+    }
+    let producers = meta
+        .producers
+        .iter()
+        .map(|p| {
+            (
+                p.id.clone(),
+                ProducerState {
+                    epoch: p.epoch,
+                    last_seq: p.seq,
+                },
+            )
+        })
+        .collect();
+    Ok(Stream {
+        id: meta.stream_id,
+        json,
+        ttl_secs: meta.ttl_secs,
+        expires_at: meta.expires_at,
+        expires_at_ms: meta.expires_at_ms,
+        created_at_ms: meta.created_at_ms,
+        last_access_ms: now_ms,
+        last_write_ms: meta.last_write_ms,
+        closed: meta.closed,
+        closed_by: meta.closed_by.map(|p| (p.id, p.epoch, p.seq)),
+        data: StreamData::recovered(extents, meta.tail),
+        message_ends,
+        stream_seq: meta.stream_seq,
+        producers,
+        visible: true,
+        visible_tail: meta.tail,
+        visible_closed: meta.closed,
+        content_type: meta.content_type,
+    })
+}
+
+/// The image of a live stream's current (head) metadata, for the cleaner.
+pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
+    StreamImage {
+        key: key.to_string(),
+        stream_id: stream.id,
+        content_type: stream.content_type.clone(),
+        ttl_secs: stream.ttl_secs,
+        expires_at: stream.expires_at.clone(),
+        expires_at_ms: stream.expires_at_ms,
+        created_at_ms: stream.created_at_ms,
+        last_write_ms: stream.last_write_ms,
+        closed: stream.closed,
+        closed_by: stream
+            .closed_by
+            .clone()
+            .map(|(id, epoch, seq)| ProducerWrite { id, epoch, seq }),
+        stream_seq: stream.stream_seq.clone(),
+        producers: stream
+            .producers
+            .iter()
+            .map(|(id, s)| ProducerWrite {
+                id: id.clone(),
+                epoch: s.epoch,
+                seq: s.last_seq,
+            })
+            .collect(),
+        tail: stream.head_tail(),
+    }
+}
+
+/// Decodes a record and replays it (the data location follows from where
+/// the record is and where its payload puts the data).
+pub fn replay_record(
+    rebuild: &mut Rebuild,
+    kind: u8,
+    payload: &[u8],
+    record_at: Location,
+) -> Result<(), String> {
+    let entry = codec::decode(kind, payload).map_err(|e| e.to_string())?;
+    let location = codec::data_offset(&entry).map(|offset| {
+        (
+            record_at.0,
+            record_at.1 + (crate::log::format::HEADER_BYTES + offset) as u64,
+        )
+    });
+    rebuild.replay(entry, location);
+    Ok(())
+}
