@@ -50,6 +50,8 @@ pub struct Config {
     /// Stream bytes kept in memory, over all shards; older data is read
     /// from the segments.
     pub cache_bytes: u64,
+    /// How often the cleaner looks for segments to reclaim.
+    pub clean_interval_ms: u64,
 }
 
 impl Default for Config {
@@ -67,6 +69,7 @@ impl Default for Config {
             fsync: FsyncPolicy::Always,
             segment_bytes: 64 << 20,
             cache_bytes: 256 << 20,
+            clean_interval_ms: 10_000,
         }
     }
 }
@@ -94,6 +97,8 @@ OPTIONS:
                                 --max-body-bytes + 64 KiB [default: 67108864]
     --cache-bytes N             stream bytes cached in memory over all shards; older data is
                                 read from the log [default: 268435456]
+    --clean-interval-ms MS      how often the cleaner reclaims segments of deleted data
+                                [default: 10000]
     -h, --help                  print this help
 ";
 
@@ -126,6 +131,7 @@ impl Config {
                 "--fsync" => config.fsync = parse(name, &value()?)?,
                 "--segment-bytes" => config.segment_bytes = parse(name, &value()?)?,
                 "--cache-bytes" => config.cache_bytes = parse(name, &value()?)?,
+                "--clean-interval-ms" => config.clean_interval_ms = parse(name, &value()?)?,
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }
@@ -137,7 +143,11 @@ impl Config {
         if self.cores == 0 || self.cores > 256 {
             return Err("--cores must be between 1 and 256".into());
         }
-        if self.long_poll_timeout_ms == 0 || self.sse_cycle_ms == 0 || self.idle_timeout_ms == 0 {
+        if self.long_poll_timeout_ms == 0
+            || self.sse_cycle_ms == 0
+            || self.idle_timeout_ms == 0
+            || self.clean_interval_ms == 0
+        {
             return Err("timeouts must be positive".into());
         }
         if !self.segment_bytes.is_multiple_of(4096)

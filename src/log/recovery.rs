@@ -8,7 +8,8 @@
 //! |---------------------------------------------------------|--------------------------------------------|
 //! | valid record, seq = expected                            | replay (when its batch is complete)        |
 //! | valid record, seq < expected                            | duplicate (a cleaner copy): skip           |
-//! | valid record, seq > expected                            | corrupt: records are missing               |
+//! | valid record, seq > expected, first in its segment      | a cleaned segment was removed: continue    |
+//! | valid record, seq > expected, inside a segment          | corrupt: records are missing               |
 //! | zero-filled space                                       | end of this segment's data; next segment   |
 //! | records after the last batch-end mark, then zeros/EOF   | torn tail: never acknowledged, dropped     |
 //! | damaged record, and no complete batch anywhere after it | torn tail: truncate at the last batch end  |
@@ -84,7 +85,7 @@ impl From<io::Error> for RecoveryError {
 }
 
 /// One segment's bytes, read whole through io_uring.
-async fn read_segment<S: Storage>(storage: &S, index: u64, bytes: u64) -> io::Result<Vec<u8>> {
+pub async fn read_segment<S: Storage>(storage: &S, index: u64, bytes: u64) -> io::Result<Vec<u8>> {
     let file = storage.open(index).await?;
     let mut data = Vec::with_capacity(bytes as usize);
     let chunk = 4 << 20;
@@ -253,7 +254,9 @@ fn scan_segment(
                     });
                 }
             }
-            Some(expected) if record.seq > expected => {
+            // A gap where a segment starts is a segment the cleaner removed;
+            // inside a segment it means records are missing.
+            Some(expected) if record.seq > expected && (pos > 0 || !scan.batch.is_empty()) => {
                 return Ok(Some((
                     pos as u64,
                     format!("sequence gap: expected {expected}, found {}", record.seq),

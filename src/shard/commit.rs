@@ -111,8 +111,19 @@ pub struct Committed {
 
 /// What to do with an entry once committed, or how to take it back.
 pub enum Effect {
-    Stream { applied: Applied, undo: Undo },
+    Stream {
+        applied: Applied,
+        undo: Undo,
+    },
     Bucket(Entry),
+    /// The cleaner copied stream bytes: their extent moves once committed.
+    Relocate {
+        key: String,
+        stream_id: u64,
+        start: u64,
+    },
+    /// Nothing changes in memory (a metadata image).
+    Nothing,
 }
 
 #[derive(Default)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, conn, guard, startup, store, writer};
+use super::{Shard, buckets, cleaner, conn, guard, startup, store, writer};
 use crate::config::Config;
 use crate::stream::codec::Entry;
 
@@ -123,6 +123,7 @@ pub fn run_shard(
         ));
         *shard.buckets.borrow_mut() = ready.buckets;
         monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
+        monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
         for (bucket, created_at_ms) in ready.missing {
             if let Err(e) = shard

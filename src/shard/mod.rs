@@ -3,6 +3,7 @@
 //! This is the only layer that ties protocol decisions to sockets.
 
 pub mod buckets;
+pub mod cleaner;
 pub mod commit;
 pub mod conn;
 pub mod dispatch;
@@ -42,6 +43,8 @@ pub struct Shard {
     pub commits: Commits,
     /// Segment files, for reads of data no longer cached.
     pub segments: store::Segments,
+    /// The segment the log appends to (the cleaner leaves it alone).
+    pub head_segment: Cell<u64>,
     jitter: Cell<u64>,
 }
 
@@ -65,6 +68,7 @@ impl Shard {
             stop: Rc::new(Signal::default()),
             commits: Commits::new(next_seq),
             segments,
+            head_segment: Cell::new(0),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -96,6 +100,15 @@ impl Shard {
         self.commits.ticket().expect("entry was just submitted")
     }
 
+    /// Logs entries that change nothing decided (the cleaner's copies).
+    pub fn submit_entries(&self, entries: Vec<(Entry, Effect)>) -> Option<Ticket> {
+        for (entry, effect) in entries {
+            let queued = self.commits.enqueue(&entry);
+            self.commits.track(queued, effect);
+        }
+        self.commits.ticket()
+    }
+
     /// Waits until everything decided so far is committed: a reply built
     /// on the head state may go out only then.
     pub async fn barrier(&self) -> Result<(), CommitError> {
@@ -117,6 +130,18 @@ impl Shard {
                     }
                 }
                 Effect::Bucket(entry) => buckets::apply_entry(self, entry.clone()),
+                Effect::Relocate {
+                    key,
+                    stream_id,
+                    start,
+                } => {
+                    if let Some(location) = done.location {
+                        self.table
+                            .borrow_mut()
+                            .relocate(key, *stream_id, *start, location);
+                    }
+                }
+                Effect::Nothing => {}
             }
         }
         self.table.borrow_mut().enforce_cache_budget();

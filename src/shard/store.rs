@@ -87,6 +87,7 @@ pub async fn fetch(
 ) -> Result<Vec<u8>, FetchError> {
     let mut out = Vec::with_capacity((end - start) as usize);
     let mut pos = start;
+    let mut retries = 0;
     while pos < end {
         let (extents, to) = {
             let table = shard.table.borrow();
@@ -102,10 +103,23 @@ pub async fn fetch(
             let to = cached_from.min(end);
             (stream.data.extents_in(pos, to).to_vec(), to)
         };
+        let mut moved = false;
         for extent in &extents {
-            read_extent(&shard.segments, extent, pos, to, &mut out)
-                .await
-                .map_err(FetchError::Io)?;
+            match read_extent(&shard.segments, extent, pos, to, &mut out).await {
+                Ok(()) => {}
+                // The cleaner moved the data and removed its segment since
+                // the extents were read: read them again.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && retries < 3 => {
+                    out.truncate((pos - start) as usize);
+                    retries += 1;
+                    moved = true;
+                    break;
+                }
+                Err(e) => return Err(FetchError::Io(e)),
+            }
+        }
+        if moved {
+            continue;
         }
         pos = to;
     }

@@ -14,6 +14,7 @@ pub async fn run<S: Storage + 'static>(
     mut appender: Appender<S>,
     policy: FsyncPolicy,
 ) {
+    shard.head_segment.set(appender.end().segment);
     let mut last_sync = Instant::now();
     loop {
         let seen = shard.commits.wake_writer.generation();
@@ -33,6 +34,7 @@ pub async fn run<S: Storage + 'static>(
                 if sync_now {
                     last_sync = Instant::now();
                 }
+                shard.head_segment.set(appender.end().segment);
                 shard.on_committed(batch.last_seq, (landed.segment, landed.pos));
             }
             Err(e) => {

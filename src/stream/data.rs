@@ -133,19 +133,28 @@ impl StreamData {
         &self.extents[first..last.max(first)]
     }
 
-    /// Moves extents that live in `segment` (the cleaner copied them).
-    pub fn relocate(&mut self, from_segment: u64, moves: &[(u64, u64, u64)]) {
-        for extent in self
-            .extents
-            .iter_mut()
-            .filter(|e| e.segment == from_segment)
-        {
-            if let Some(&(_, segment, pos)) =
-                moves.iter().find(|(start, _, _)| *start == extent.start)
-            {
+    /// Moves the extent starting at `start` (the cleaner copied it).
+    pub fn relocate(&mut self, start: u64, segment: u64, pos: u64) -> bool {
+        let at = self.extents.partition_point(|e| e.start < start);
+        match self.extents.get_mut(at).filter(|e| e.start == start) {
+            Some(extent) => {
                 extent.segment = segment;
                 extent.pos = pos;
+                true
             }
+            None => false,
+        }
+    }
+
+    /// The located extents whose bytes are in `segment`.
+    pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = &Extent> {
+        self.extents.iter().filter(move |e| e.segment == segment)
+    }
+
+    /// Bytes located in each segment, added to `live`.
+    pub fn count_live(&self, live: &mut std::collections::HashMap<u64, u64>) {
+        for e in &self.extents {
+            *live.entry(e.segment).or_default() += e.len;
         }
     }
 

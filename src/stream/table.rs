@@ -97,6 +97,26 @@ impl Table {
         self.streams.insert(key, stream);
     }
 
+    /// Points the extent of `key`'s incarnation `stream_id` that starts at
+    /// `start` at its new place (the cleaner moved it).
+    pub fn relocate(
+        &mut self,
+        key: &str,
+        stream_id: u64,
+        start: u64,
+        location: (u64, u64),
+    ) -> bool {
+        match self.streams.get_mut(key).filter(|s| s.id == stream_id) {
+            Some(stream) => stream.data.relocate(start, location.0, location.1),
+            None => false,
+        }
+    }
+
+    /// Every stream, for the cleaner.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Stream)> {
+        self.streams.iter()
+    }
+
     /// Cached bytes that eviction may drop (committed data).
     pub fn cached_bytes(&self) -> u64 {
         self.cache.used

@@ -1,0 +1,204 @@
+//! The cleaner (issue 3 "Space comes back"): deleted and expired streams
+//! leave segments partly dead. Periodically the cleaner picks a sealed
+//! segment holding little live data, copies what still matters to the head
+//! of the log, and deletes the file once the copies are committed:
+//!
+//! - bytes of live streams located in it, as RELOCATE records (their extents
+//!   move when those commit);
+//! - an IMAGE of every live stream that has any record in it (so a create,
+//!   close or producer update stored only there is not lost);
+//! - its stream deletes and bucket records, when an older segment remains
+//!   (there they would otherwise resurrect what they removed).
+//!
+//! Crash safety: the segment is removed only after the copies are durable;
+//! recovery reads both copies the same way (data is placed by incarnation
+//! and offset, the later IMAGE wins), so a crash at any point is harmless.
+
+use std::collections::{BTreeSet, HashMap};
+use std::rc::Rc;
+use std::time::Duration;
+
+use super::Shard;
+use super::commit::Effect;
+use crate::log::format::{self, Decoded};
+use crate::log::recovery::read_segment;
+use crate::log::storage::{DirectStorage, Storage};
+use crate::stream::Command;
+use crate::stream::codec::{self, Entry};
+use crate::stream::rebuild::image_of;
+
+/// A sealed segment is cleaned once less than this share of it is live.
+const LIVE_SHARE_LIMIT: f64 = 0.5;
+
+pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
+    let interval = Duration::from_millis(shard.config.clean_interval_ms);
+    while !shard.stopping.get() {
+        monoio::time::sleep(interval).await;
+        while let Some(victim) = choose_victim(&shard, &storage) {
+            match clean(&shard, &storage, victim).await {
+                Ok(()) => eprintln!("rill: shard {}: cleaned segment {victim}", shard.index),
+                Err(e) => {
+                    eprintln!(
+                        "rill: shard {}: cleaning segment {victim} failed: {e}",
+                        shard.index
+                    );
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// The sealed segment with the least live data, if it is worth cleaning.
+fn choose_victim(shard: &Shard, storage: &DirectStorage) -> Option<u64> {
+    let head = shard.head_segment.get();
+    let sealed: Vec<u64> = storage
+        .list()
+        .ok()?
+        .into_iter()
+        .filter(|&s| s < head)
+        .collect();
+    let mut live: HashMap<u64, u64> = HashMap::new();
+    for (_, stream) in shard.table.borrow().iter() {
+        stream.data.count_live(&mut live);
+    }
+    let limit = (shard.config.segment_bytes as f64 * LIVE_SHARE_LIMIT) as u64;
+    sealed
+        .into_iter()
+        .map(|s| (live.get(&s).copied().unwrap_or(0), s))
+        .filter(|&(bytes, _)| bytes < limit)
+        .min()
+        .map(|(_, s)| s)
+}
+
+/// What a segment holds that may still matter.
+#[derive(Default)]
+struct Contents {
+    /// Keys of stream records.
+    keys: BTreeSet<String>,
+    /// Stream deletes: (key, incarnation).
+    deletes: Vec<(String, u64)>,
+    bucket_records: bool,
+    bucket_deletes: Vec<String>,
+}
+
+fn contents(data: &[u8]) -> Contents {
+    let mut found = Contents::default();
+    let mut pos = 0;
+    while let Decoded::Record { record, framed_len } = format::decode(&data[pos..]) {
+        pos += framed_len;
+        let Ok(entry) = codec::decode(record.kind, record.payload) else {
+            continue;
+        };
+        match entry {
+            Entry::Stream(Command::Delete { key, stream_id }) => {
+                found.deletes.push((key, stream_id))
+            }
+            Entry::Stream(command) => {
+                found.keys.insert(command.key().to_string());
+            }
+            Entry::Relocate { key, .. } => {
+                found.keys.insert(key);
+            }
+            Entry::Image(image) => {
+                found.keys.insert(image.key);
+            }
+            Entry::BucketCreate { .. } => found.bucket_records = true,
+            Entry::BucketDelete { bucket } => {
+                found.bucket_records = true;
+                found.bucket_deletes.push(bucket);
+            }
+        }
+    }
+    found
+}
+
+/// The copies that make `victim` unnecessary.
+fn copies(
+    shard: &Shard,
+    victim: u64,
+    data: &[u8],
+    found: &Contents,
+    older_exists: bool,
+) -> Vec<(Entry, Effect)> {
+    let table = shard.table.borrow();
+    let mut out = Vec::new();
+    for key in &found.keys {
+        let Some(stream) = table.get(key) else {
+            continue;
+        };
+        for extent in stream.data.extents_in_segment(victim) {
+            let bytes = data[extent.pos as usize..(extent.pos + extent.len) as usize].to_vec();
+            let entry = Entry::Relocate {
+                key: key.clone(),
+                stream_id: stream.id,
+                start: extent.start,
+                data: bytes,
+            };
+            let effect = Effect::Relocate {
+                key: key.clone(),
+                stream_id: stream.id,
+                start: extent.start,
+            };
+            out.push((entry, effect));
+        }
+        out.push((
+            Entry::Image(Box::new(image_of(key, stream))),
+            Effect::Nothing,
+        ));
+    }
+    if older_exists {
+        for (key, stream_id) in &found.deletes {
+            let tombstone = Command::Delete {
+                key: key.clone(),
+                stream_id: *stream_id,
+            };
+            out.push((Entry::Stream(tombstone), Effect::Nothing));
+        }
+    }
+    if found.bucket_records {
+        for (bucket, state) in shard.buckets.borrow().iter() {
+            let entry = Entry::BucketCreate {
+                bucket: bucket.clone(),
+                created_at_ms: state.created_at_ms,
+            };
+            out.push((entry, Effect::Nothing));
+        }
+        let registry = shard.buckets.borrow();
+        for bucket in found
+            .bucket_deletes
+            .iter()
+            .filter(|b| older_exists && !registry.contains_key(*b))
+        {
+            out.push((
+                Entry::BucketDelete {
+                    bucket: bucket.clone(),
+                },
+                Effect::Nothing,
+            ));
+        }
+    }
+    out
+}
+
+async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<()> {
+    let data = read_segment(storage, victim, shard.config.segment_bytes).await?;
+    let found = contents(&data);
+    let older_exists = storage.list()?.iter().any(|&s| s < victim);
+    let entries = copies(shard, victim, &data, &found, older_exists);
+    if let Some(ticket) = shard.submit_entries(entries) {
+        ticket.await.map_err(|e| std::io::Error::other(e.message))?;
+    }
+    let still_used = shard
+        .table
+        .borrow()
+        .iter()
+        .any(|(_, s)| s.data.extents_in_segment(victim).next().is_some());
+    if still_used {
+        return Err(std::io::Error::other(
+            "data still located there after the copies committed",
+        ));
+    }
+    shard.segments.forget(victim);
+    storage.remove(victim).await
+}
