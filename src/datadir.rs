@@ -8,8 +8,9 @@
 //!
 //! Streams are placed on shards by hashing their key over the shard count,
 //! so a data dir written with N shards holds each stream in the log of
-//! `shard_of(key, N)`. Starting with another `--cores` is refused with an
-//! explanation until re-sharding at startup exists: never silent loss.
+//! `shard_of(key, N)`. Starting with another `--cores` re-shards first
+//! (`reshard`): streams are copied to their new owner's log, then the count
+//! is recorded, then leftover shard dirs are removed.
 
 use std::fs::{self, File};
 use std::io;
@@ -22,24 +23,61 @@ pub const FORMAT: u32 = 1;
 pub struct DataDir {
     root: PathBuf,
     _lock: File,
+    /// The recorded shard count (`None` for a new data dir).
+    shards: Option<usize>,
 }
 
 impl DataDir {
-    /// Creates (if needed), locks and checks the data dir for `shards`.
-    pub fn open(root: &Path, shards: usize) -> Result<DataDir, String> {
+    /// Creates (if needed), locks and reads the data dir.
+    pub fn open(root: &Path) -> Result<DataDir, String> {
         fs::create_dir_all(root)
             .map_err(|e| format!("cannot create data dir {}: {e}", root.display()))?;
         let lock = lock(root)?;
         let meta_path = root.join("rill.meta");
-        match fs::read_to_string(&meta_path) {
-            Ok(text) => check_meta(&text, shards, &meta_path)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => write_meta(root, shards)?,
+        let shards = match fs::read_to_string(&meta_path) {
+            Ok(text) => Some(read_meta(&text, &meta_path)?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(format!("cannot read {}: {e}", meta_path.display())),
-        }
-        Ok(DataDir {
+        };
+        let data = DataDir {
             root: root.to_path_buf(),
             _lock: lock,
-        })
+            shards,
+        };
+        data.remove_stale_shards()?;
+        Ok(data)
+    }
+
+    /// How many shards the logs are partitioned for (`None`: a new dir).
+    pub fn shards(&self) -> Option<usize> {
+        self.shards
+    }
+
+    /// Records the shard count (after a re-sharding, or for a new dir).
+    pub fn set_shards(&mut self, shards: usize) -> Result<(), String> {
+        write_meta(&self.root, shards)?;
+        self.shards = Some(shards);
+        self.remove_stale_shards()
+    }
+
+    /// Shard dirs past the recorded count are leftovers of an interrupted
+    /// re-sharding (their streams live in the recorded shards): removed.
+    fn remove_stale_shards(&self) -> Result<(), String> {
+        let Some(shards) = self.shards else {
+            return Ok(());
+        };
+        for index in shards..256 {
+            let dir = self.shard_dir(index);
+            if dir.exists() {
+                eprintln!(
+                    "rill: removing {} (not one of the {shards} shards)",
+                    dir.display()
+                );
+                fs::remove_dir_all(&dir)
+                    .map_err(|e| format!("cannot remove {}: {e}", dir.display()))?;
+            }
+        }
+        Ok(())
     }
 
     pub fn shard_dir(&self, index: usize) -> PathBuf {
@@ -71,7 +109,7 @@ fn lock(root: &Path) -> Result<File, String> {
     Ok(file)
 }
 
-fn check_meta(text: &str, shards: usize, path: &Path) -> Result<(), String> {
+fn read_meta(text: &str, path: &Path) -> Result<usize, String> {
     let field = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
@@ -82,11 +120,7 @@ fn check_meta(text: &str, shards: usize, path: &Path) -> Result<(), String> {
             "{} says data format {f}; this rill reads format {FORMAT}",
             path.display()
         )),
-        (Some(_), Some(n)) if n != shards as u64 => Err(format!(
-            "the data dir was written with {n} shards and its streams are placed by shard; \
-             start with --cores {n} (moving streams to another shard count is not supported yet)"
-        )),
-        (Some(_), Some(_)) => Ok(()),
+        (Some(_), Some(n)) if (1..=256).contains(&n) => Ok(n as usize),
         _ => Err(format!("{} is not a rill metadata file", path.display())),
     }
 }
@@ -114,22 +148,28 @@ mod tests {
     }
 
     #[test]
-    fn meta_is_written_then_checked() {
+    fn meta_is_recorded_and_stale_shards_removed() {
         let dir = temp("meta");
-        drop(DataDir::open(&dir, 2).unwrap());
-        assert!(DataDir::open(&dir, 2).is_ok());
-        let err = DataDir::open(&dir, 3).err().unwrap();
-        assert!(err.contains("--cores 2"), "{err}");
+        let mut data = DataDir::open(&dir).unwrap();
+        assert_eq!(data.shards(), None);
+        data.set_shards(3).unwrap();
+        fs::create_dir_all(data.shard_dir(2)).unwrap();
+        drop(data);
+        let mut data = DataDir::open(&dir).unwrap();
+        assert_eq!(data.shards(), Some(3));
+        data.set_shards(2).unwrap();
+        assert!(!data.shard_dir(2).exists());
+        drop(data);
         fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn one_server_per_data_dir() {
         let dir = temp("lock");
-        let held = DataDir::open(&dir, 1).unwrap();
-        assert!(DataDir::open(&dir, 1).err().unwrap().contains("in use"));
+        let held = DataDir::open(&dir).unwrap();
+        assert!(DataDir::open(&dir).err().unwrap().contains("in use"));
         drop(held);
-        assert!(DataDir::open(&dir, 1).is_ok());
+        assert!(DataDir::open(&dir).is_ok());
         fs::remove_dir_all(&dir).unwrap();
     }
 }

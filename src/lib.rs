@@ -11,5 +11,6 @@ pub mod http;
 pub mod log;
 pub mod protocol;
 pub mod repair;
+pub mod reshard;
 pub mod shard;
 pub mod stream;

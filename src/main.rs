@@ -71,9 +71,21 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Opens (and locks) the data dir; re-shards it first when it was written
+/// for another shard count.
+fn open_data_dir(config: &Config) -> Result<DataDir, String> {
+    let mut data = DataDir::open(&config.data_dir)?;
+    match data.shards() {
+        None => data.set_shards(config.cores)?,
+        Some(n) if n != config.cores => rill::reshard::reshard(&mut data, config, n, config.cores)?,
+        Some(_) => {}
+    }
+    Ok(data)
+}
+
 fn serve(config: Config) -> ExitCode {
     let signals = block_stop_signals();
-    let data = match DataDir::open(&config.data_dir, config.cores) {
+    let data = match open_data_dir(&config) {
         Ok(data) => data,
         Err(message) => {
             eprintln!("rill: {message}");

@@ -138,7 +138,7 @@ async fn repair(args: &Args) -> Result<Outcome, String> {
     let root = &args.data_dir;
     let shards = shard_count(root)?;
     // Holds the lock (and checks rill.meta) until repair ends.
-    let data = DataDir::open(root, shards)?;
+    let data = DataDir::open(root)?;
     println!("rill repair: data dir {} ({shards} shards)", root.display());
     let mut outcome = Outcome::Clean;
     for index in 0..shards {

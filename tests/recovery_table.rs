@@ -946,7 +946,7 @@ fn repair_refuses_a_data_dir_in_use() {
     let (tmp, shard) = data_dir("repair-locked");
     damaged_shard(&shard);
     let before = snapshot(&tmp.0);
-    let held = rill::datadir::DataDir::open(&tmp.0, 1).unwrap();
+    let held = rill::datadir::DataDir::open(&tmp.0).unwrap();
     let out = rill(&["repair", "--data-dir", tmp.0.to_str().unwrap(), "--yes"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, cleaner, conn, guard, startup, store, writer};
+use super::{Shard, buckets, cleaner, conn, guard, placement, startup, store, writer};
 use crate::config::Config;
+use crate::stream::Command;
 use crate::stream::codec::Entry;
 
 /// How long startup waits for the address to be free of other listeners.
@@ -125,6 +126,7 @@ pub fn run_shard(
         monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
         monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
+        drop_foreign_streams(&shard).await;
         for (bucket, created_at_ms) in ready.missing {
             if let Err(e) = shard
                 .submit_bucket(Entry::BucketCreate {
@@ -144,6 +146,36 @@ pub fn run_shard(
             Err(e) => eprintln!("rill: shard {index}: listener: {e}"),
         }
     });
+}
+
+/// Streams this shard recovered but no longer owns (copies left by a
+/// re-sharding: their owner has them) are deleted from its log.
+async fn drop_foreign_streams(shard: &Shard) {
+    let shards = shard.shards();
+    let foreign: Vec<Command> = shard
+        .table
+        .borrow()
+        .iter()
+        .filter(|(key, _)| placement::shard_of(key, shards) != shard.index)
+        .map(|(key, stream)| Command::Delete {
+            key: key.clone(),
+            stream_id: stream.id,
+        })
+        .collect();
+    if foreign.is_empty() {
+        return;
+    }
+    let count = foreign.len();
+    match shard.submit(foreign).await {
+        Ok(()) => eprintln!(
+            "rill: shard {}: dropped {count} streams now owned by other shards",
+            shard.index
+        ),
+        Err(e) => eprintln!(
+            "rill: shard {}: cannot drop streams of other shards: {}",
+            shard.index, e.message
+        ),
+    }
 }
 
 async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {

@@ -42,6 +42,16 @@ impl Segments {
     }
 
     /// Appends `len` bytes at `pos` of `segment` to `out`.
+    pub async fn read_range(
+        &self,
+        segment: u64,
+        pos: u64,
+        len: u64,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        self.read(segment, pos, len, out).await
+    }
+
     async fn read(&self, segment: u64, pos: u64, len: u64, out: &mut Vec<u8>) -> io::Result<()> {
         let file = self.file(segment).await?;
         let from = pos - pos % BLOCK as u64;

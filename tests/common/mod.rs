@@ -175,6 +175,12 @@ impl Server {
         panic!("rill did not restart on {}: {last_err}", self.addr);
     }
 
+    /// Like `restart`, with other arguments (same port and data dir).
+    pub fn restart_with(&mut self, args: &[&str]) {
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.restart();
+    }
+
     /// Everything the server wrote to stderr (and stdout) so far.
     pub fn stderr(&self) -> String {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
