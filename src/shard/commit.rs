@@ -138,7 +138,12 @@ pub struct Commits {
     queue: RefCell<Queue>,
     uncommitted: RefCell<VecDeque<Uncommitted>>,
     next_seq: Cell<u64>,
+    /// The log positions the invariant names, as record sequence numbers:
+    /// `written >= synced >= acknowledged` under `--fsync always`, and
+    /// `written >= acknowledged` (synced trailing) under `interval:MS`.
+    written_seq: Cell<u64>,
     synced_seq: Cell<u64>,
+    acknowledged_seq: Cell<u64>,
     pub wake_writer: Rc<Signal>,
 }
 
@@ -155,7 +160,9 @@ impl Commits {
             queue: RefCell::default(),
             uncommitted: RefCell::default(),
             next_seq: Cell::new(next_seq),
+            written_seq: Cell::new(next_seq - 1),
             synced_seq: Cell::new(next_seq - 1),
+            acknowledged_seq: Cell::new(next_seq - 1),
             wake_writer: Rc::new(Signal::default()),
         }
     }
@@ -242,12 +249,27 @@ impl Commits {
         }
     }
 
+    /// Marks everything written by now as synced (`--fsync interval`).
+    pub fn synced_all(&self) {
+        self.synced_seq.set(self.written_seq.get());
+    }
+
     /// Entries up to `seq` are committed, their batch written at `base`
     /// (segment, file position): returns their effects and where their
     /// data is, for the caller to publish before completing the tickets.
-    pub fn committed(&self, seq: u64, base: (u64, u64)) -> Vec<Committed> {
-        assert!(seq >= self.synced_seq.get(), "commits go forward");
-        self.synced_seq.set(seq);
+    pub fn committed(&self, seq: u64, base: (u64, u64), synced: bool) -> Vec<Committed> {
+        assert!(seq >= self.acknowledged_seq.get(), "commits go forward");
+        self.written_seq.set(seq);
+        if synced {
+            self.synced_seq.set(seq);
+        }
+        self.acknowledged_seq.set(seq);
+        let (written, synced_to, acked) = (self.written_seq.get(), self.synced_seq.get(), seq);
+        assert!(
+            written >= synced_to && written >= acked,
+            "written >= synced, acknowledged"
+        );
+        assert!(!synced || synced_to >= acked, "synced >= acknowledged");
         let mut uncommitted = self.uncommitted.borrow_mut();
         let mut done = Vec::new();
         while uncommitted.front().is_some_and(|u| u.seq <= seq) {
@@ -271,7 +293,7 @@ impl Commits {
         let mut queue = self.queue.borrow_mut();
         queue.bytes.clear();
         queue.records.clear();
-        self.next_seq.set(self.synced_seq.get() + 1);
+        self.next_seq.set(self.acknowledged_seq.get() + 1);
         let mut uncommitted = self.uncommitted.borrow_mut();
         uncommitted
             .drain(..)

@@ -120,8 +120,8 @@ impl Shard {
 
     /// Publishes a committed batch (written at `base`) to readers, evicts
     /// cached data over the budget, and completes its tickets.
-    pub fn on_committed(&self, seq: u64, base: (u64, u64)) {
-        let committed = self.commits.committed(seq, base);
+    pub fn on_committed(&self, seq: u64, base: (u64, u64), synced: bool) {
+        let committed = self.commits.committed(seq, base, synced);
         for done in &committed {
             match &done.effect {
                 Effect::Stream { applied, .. } => {

@@ -35,7 +35,7 @@ pub async fn run<S: Storage + 'static>(
                     last_sync = Instant::now();
                 }
                 shard.head_segment.set(appender.end().segment);
-                shard.on_committed(batch.last_seq, (landed.segment, landed.pos));
+                shard.on_committed(batch.last_seq, (landed.segment, landed.pos), sync_now);
             }
             Err(e) => {
                 eprintln!(
@@ -62,8 +62,11 @@ async fn idle<S: Storage + 'static>(
         FsyncPolicy::Interval(ms) => {
             let period = Duration::from_millis(ms);
             if monoio::time::timeout(period, changed).await.is_err() {
-                if let Err(e) = appender.sync().await {
-                    eprintln!("rill: shard {}: periodic log sync failed: {e}", shard.index);
+                match appender.sync().await {
+                    Ok(()) => shard.commits.synced_all(),
+                    Err(e) => {
+                        eprintln!("rill: shard {}: periodic log sync failed: {e}", shard.index)
+                    }
                 }
                 *last_sync = Instant::now();
             }
