@@ -69,7 +69,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 }
 
 /// JSON streams store normalized messages; an empty array is a 400 (§7.1).
-fn canonical(stream: &Stream, body: &[u8]) -> Result<Vec<u8>, Response> {
+pub fn canonical(stream: &Stream, body: &[u8]) -> Result<Vec<u8>, Response> {
     if !stream.json {
         return Ok(body.to_vec());
     }

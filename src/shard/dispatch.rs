@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, buckets, live};
+use super::{Shard, batch, buckets, live};
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
@@ -42,6 +42,11 @@ pub async fn handle(
             };
             return stream_request(shard, socket, stream, keep).await;
         }
+        Target::StreamExtension {
+            resource,
+            key,
+            bucket,
+        } if resource == "append-batch" => batch::serve(shard, head, &body, &key, &bucket).await,
         Target::StreamExtension { resource, .. } => Response::error(
             404,
             "extension_unavailable",

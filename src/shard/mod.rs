@@ -2,6 +2,7 @@
 //! SO_REUSEPORT listener, connections, stream table and waiters (DESIGN.md).
 //! This is the only layer that ties protocol decisions to sockets.
 
+pub mod batch;
 pub mod buckets;
 pub mod cleaner;
 pub mod commit;

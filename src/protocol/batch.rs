@@ -1,0 +1,222 @@
+//! Append batch (extensions §4): `POST /{bucket}/{stream}/append-batch`
+//! carries uint32-big-endian length-prefixed frames, each an independent
+//! append with its own acknowledgement, answered as a JSON array in frame
+//! order. Request-level problems (framing, Content-Type, unsupported
+//! per-append headers, size) fail the whole request.
+
+use serde_json::{Value, json};
+
+use super::append::canonical;
+use super::response::{Response, bad_request, not_found};
+use super::{Request, content_type, offset};
+use crate::http::parse::Method;
+use crate::stream::{Command, Stream, Table};
+
+/// extensions §4.1: "at most 512 frames per public append-batch request
+/// and a 32 MiB total body".
+pub const MAX_FRAMES: usize = 512;
+pub const MAX_BODY_BYTES: usize = 32 << 20;
+
+/// Headers that need per-frame meaning (§4.2): rejected on a batch.
+const UNSUPPORTED: [&str; 6] = [
+    "stream-closed",
+    "producer-id",
+    "producer-epoch",
+    "producer-seq",
+    "stream-record-match",
+    "stream-seq",
+];
+
+/// One frame's outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ack {
+    Appended {
+        next: u64,
+    },
+    Failed {
+        status: u16,
+        code: &'static str,
+        message: String,
+        next: Option<u64>,
+        closed: bool,
+    },
+}
+
+/// Request-level checks; `Ok` holds the frames.
+pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Response> {
+    if req.head.method != Method::Post {
+        return Err(
+            Response::error(405, "method_not_allowed", "append-batch takes POST")
+                .header("allow", "POST, OPTIONS"),
+        );
+    }
+    if let Some(header) = UNSUPPORTED.iter().find(|h| req.head.header(h).is_some()) {
+        return Err(bad_request(&format!(
+            "{header} is not supported on append-batch; use a plain append"
+        )));
+    }
+    let ct = req
+        .head
+        .header("content-type")
+        .filter(|ct| !ct.trim().is_empty())
+        .ok_or_else(|| bad_request("Content-Type is required on append-batch"))?;
+    if req.body.len() > MAX_BODY_BYTES {
+        return Err(Response::error(
+            413,
+            "batch_too_large",
+            "append-batch bodies are at most 32 MiB",
+        ));
+    }
+    let stream = table
+        .get(req.key)
+        .ok_or_else(|| not_found("stream not found"))?;
+    if !content_type::same(ct, &stream.content_type) {
+        return Err(bad_request("Content-Type does not match the stream"));
+    }
+    frames(req.body)
+}
+
+/// Splits the body into frames.
+pub fn frames(mut body: &[u8]) -> Result<Vec<&[u8]>, Response> {
+    let mut frames = Vec::new();
+    while !body.is_empty() {
+        let Some((len, rest)) = body.split_first_chunk::<4>() else {
+            return Err(bad_request("truncated frame length"));
+        };
+        let len = u32::from_be_bytes(*len) as usize;
+        if len == 0 {
+            return Err(bad_request("zero-length frames are invalid"));
+        }
+        if len > rest.len() {
+            return Err(bad_request("frame runs past the end of the body"));
+        }
+        if frames.len() == MAX_FRAMES {
+            return Err(Response::error(
+                413,
+                "too_many_frames",
+                "append-batch carries at most 512 frames",
+            ));
+        }
+        frames.push(&rest[..len]);
+        body = &rest[len..];
+    }
+    if frames.is_empty() {
+        return Err(bad_request("append-batch needs at least one frame"));
+    }
+    Ok(frames)
+}
+
+/// One frame against the head state: the append to commit, or its failure.
+pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Result<Command, Ack> {
+    if stream.closed {
+        let message = "stream is closed".to_string();
+        let next = Some(stream.head_tail());
+        return Err(Ack::Failed {
+            status: 409,
+            code: "stream_closed",
+            message,
+            next,
+            closed: true,
+        });
+    }
+    let data = canonical(stream, frame).map_err(|reply| Ack::Failed {
+        status: reply.status,
+        code: "invalid_json",
+        message: String::from_utf8_lossy(&reply.body).into_owned(),
+        next: None,
+        closed: false,
+    })?;
+    Ok(Command::Append {
+        key: key.to_string(),
+        stream_id: stream.id,
+        start: stream.head_tail(),
+        data,
+        producer: None,
+        stream_seq: None,
+        close: false,
+        now_ms,
+    })
+}
+
+/// The 200 answer: one acknowledgement per frame, in frame order.
+pub fn render(acks: &[Ack]) -> Response {
+    let items: Vec<Value> = acks
+        .iter()
+        .map(|ack| match ack {
+            Ack::Appended { next } => {
+                json!({ "status": 204, "stream_next_offset": offset::format(*next) })
+            }
+            Ack::Failed {
+                status,
+                code,
+                message,
+                next,
+                closed,
+            } => {
+                let mut item = json!({ "status": status, "error_code": code, "error": message });
+                if let Some(next) = next {
+                    item["stream_next_offset"] = json!(offset::format(*next));
+                }
+                if *closed {
+                    item["stream_closed"] = json!(true);
+                }
+                item
+            }
+        })
+        .collect();
+    Response::new(200)
+        .header("content-type", "application/json")
+        .header("cache-control", "no-store")
+        .with_body(Value::Array(items).to_string().into_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn framed(payloads: &[&[u8]]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for p in payloads {
+            body.extend_from_slice(&(p.len() as u32).to_be_bytes());
+            body.extend_from_slice(p);
+        }
+        body
+    }
+
+    #[test]
+    fn splits_frames() {
+        let body = framed(&[b"a", b"bc", &[0, 1, 2]]);
+        assert_eq!(frames(&body).unwrap(), vec![&b"a"[..], b"bc", &[0, 1, 2]]);
+    }
+
+    #[test]
+    fn rejects_bad_framing() {
+        assert_eq!(frames(&[0, 0, 0]).unwrap_err().status, 400);
+        assert_eq!(frames(&[0, 0, 0, 0]).unwrap_err().status, 400);
+        assert_eq!(frames(&[0, 0, 0, 5, 1]).unwrap_err().status, 400);
+        assert_eq!(frames(&[]).unwrap_err().status, 400);
+        let many: Vec<&[u8]> = vec![b"x"; MAX_FRAMES + 1];
+        assert_eq!(frames(&framed(&many)).unwrap_err().status, 413);
+        let exactly: Vec<&[u8]> = vec![b"x"; MAX_FRAMES];
+        assert_eq!(frames(&framed(&exactly)).unwrap().len(), MAX_FRAMES);
+    }
+
+    #[test]
+    fn renders_acks_in_order() {
+        let acks = [
+            Ack::Appended { next: 3 },
+            Ack::Failed {
+                status: 409,
+                code: "stream_closed",
+                message: "closed".into(),
+                next: Some(3),
+                closed: true,
+            },
+        ];
+        let body: Value = serde_json::from_slice(&render(&acks).body).unwrap();
+        assert_eq!(body[0]["status"], 204);
+        assert_eq!(body[0]["stream_next_offset"], offset::format(3));
+        assert_eq!(body[1]["stream_closed"], true);
+        assert_eq!(body[1]["error_code"], "stream_closed");
+    }
+}

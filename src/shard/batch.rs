@@ -1,0 +1,87 @@
+//! Append batch on the owning shard (extensions §4): every valid frame is
+//! decided against the head state in order and queued, so all frames of a
+//! request commit in one group commit; the answer waits for it.
+
+use std::rc::Rc;
+
+use super::Shard;
+use crate::clock;
+use crate::http::parse::RequestHead;
+use crate::protocol::batch::{self, Ack};
+use crate::protocol::response::not_found;
+use crate::protocol::{self, Request, Response, Surface};
+
+pub async fn serve(
+    shard: &Rc<Shard>,
+    head: &RequestHead,
+    body: &[u8],
+    key: &str,
+    bucket: &str,
+) -> Response {
+    if !shard.buckets.borrow().contains_key(bucket) {
+        return not_found("bucket not found");
+    }
+    let now_ms = clock::now_ms();
+    let expired = protocol::reap_expired(&shard.table.borrow(), key, now_ms);
+    if let Some(command) = expired {
+        drop(shard.submit(vec![command]));
+    }
+    let req = Request {
+        head,
+        body,
+        surface: Surface::Bucket,
+        key,
+        now_ms,
+        jitter_seed: 0,
+    };
+    let frames = match batch::check(&req, &shard.table.borrow()) {
+        Ok(frames) => frames,
+        Err(reply) => return reply,
+    };
+    let mut acks = Vec::with_capacity(frames.len());
+    let mut ticket = None;
+    for frame in frames {
+        let decided = {
+            let table = shard.table.borrow();
+            let stream = table
+                .get(key)
+                .expect("checked above; nothing awaited since");
+            batch::decide_frame(key, stream, frame, now_ms)
+        };
+        match decided {
+            Ok(command) => {
+                ticket = Some(shard.submit(vec![command]));
+                let next = shard.table.borrow().get(key).map_or(0, |s| s.head_tail());
+                acks.push(Ack::Appended { next });
+            }
+            Err(failed) => acks.push(failed),
+        }
+    }
+    shard.table.borrow_mut().touch(key, now_ms);
+    let committed = match ticket {
+        Some(ticket) => ticket.await,
+        None => shard.barrier().await,
+    };
+    if let Err(error) = committed {
+        let failed = error.response();
+        for ack in acks
+            .iter_mut()
+            .filter(|a| matches!(a, Ack::Appended { .. }))
+        {
+            let message = error.message.clone();
+            let code = if error.no_space {
+                "insufficient_storage"
+            } else {
+                "storage_unavailable"
+            };
+            *ack = Ack::Failed {
+                status: failed.status,
+                code,
+                message,
+                next: None,
+                closed: false,
+            };
+        }
+    }
+    batch::render(&acks)
+}
