@@ -20,14 +20,29 @@ fn framed(payloads: &[&[u8]]) -> Vec<u8> {
 
 fn setup(content_type: &str, stream: &str) -> Server {
     let s = Server::start(&["--cores", "2"]);
-    assert_eq!(req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status, 201);
-    let r = req(s.addr, "PUT", &format!("/{BUCKET}/{stream}"), &[("Content-Type", content_type)], b"");
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let r = req(
+        s.addr,
+        "PUT",
+        &format!("/{BUCKET}/{stream}"),
+        &[("Content-Type", content_type)],
+        b"",
+    );
     assert_eq!(r.status, 201);
     s
 }
 
 fn batch(s: &Server, stream: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16, Value) {
-    let r = req(s.addr, "POST", &format!("/{BUCKET}/{stream}/append-batch"), headers, body);
+    let r = req(
+        s.addr,
+        "POST",
+        &format!("/{BUCKET}/{stream}/append-batch"),
+        headers,
+        body,
+    );
     let json = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
     (r.status, json)
 }
@@ -35,7 +50,12 @@ fn batch(s: &Server, stream: &str, headers: &[(&str, &str)], body: &[u8]) -> (u1
 #[test]
 fn frames_are_independent_appends_acknowledged_in_order() {
     let s = setup("text/plain", "log");
-    let (status, acks) = batch(&s, "log", &[("Content-Type", "text/plain")], &framed(&[b"abc", b"de", b"f"]));
+    let (status, acks) = batch(
+        &s,
+        "log",
+        &[("Content-Type", "text/plain")],
+        &framed(&[b"abc", b"de", b"f"]),
+    );
     assert_eq!(status, 200);
     let acks = acks.as_array().unwrap();
     assert_eq!(acks.len(), 3);
@@ -52,7 +72,13 @@ fn frames_are_independent_appends_acknowledged_in_order() {
     assert_eq!(read.header("stream-next-offset"), Some(previous.as_str()));
     // Reading from a frame's offset returns what followed it.
     let from = acks[0]["stream_next_offset"].as_str().unwrap();
-    let rest = req(s.addr, "GET", &format!("/{BUCKET}/log?offset={from}"), &[], b"");
+    let rest = req(
+        s.addr,
+        "GET",
+        &format!("/{BUCKET}/log?offset={from}"),
+        &[],
+        b"",
+    );
     assert_eq!(rest.body, b"def");
 }
 
@@ -62,7 +88,12 @@ fn frame_level_failures_are_reported_inside_the_array() {
     let body = framed(&[br#"{"a":1}"#, b"{not json", br#"[{"b":2},{"c":3}]"#, b"[]"]);
     let (status, acks) = batch(&s, "events", &[("Content-Type", "application/json")], &body);
     assert_eq!(status, 200);
-    let statuses: Vec<i64> = acks.as_array().unwrap().iter().map(|a| a["status"].as_i64().unwrap()).collect();
+    let statuses: Vec<i64> = acks
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["status"].as_i64().unwrap())
+        .collect();
     assert_eq!(statuses, [204, 400, 204, 400]);
     assert!(acks[1]["error_code"].is_string() && acks[1]["error"].is_string());
     let read = req(s.addr, "GET", &format!("/{BUCKET}/events"), &[], b"");
@@ -73,11 +104,22 @@ fn frame_level_failures_are_reported_inside_the_array() {
 fn closed_streams_fail_every_frame_with_stream_closed() {
     let s = setup("text/plain", "done");
     let close = [("Stream-Closed", "true")];
-    assert_eq!(req(s.addr, "POST", &format!("/{BUCKET}/done"), &close, b"").status, 204);
-    let (status, acks) = batch(&s, "done", &[("Content-Type", "text/plain")], &framed(&[b"x", b"y"]));
+    assert_eq!(
+        req(s.addr, "POST", &format!("/{BUCKET}/done"), &close, b"").status,
+        204
+    );
+    let (status, acks) = batch(
+        &s,
+        "done",
+        &[("Content-Type", "text/plain")],
+        &framed(&[b"x", b"y"]),
+    );
     assert_eq!(status, 200);
     for ack in acks.as_array().unwrap() {
-        assert_eq!((ack["status"].as_i64(), ack["stream_closed"].as_bool()), (Some(409), Some(true)));
+        assert_eq!(
+            (ack["status"].as_i64(), ack["stream_closed"].as_bool()),
+            (Some(409), Some(true))
+        );
         assert!(ack["stream_next_offset"].is_string() && ack["error_code"].is_string());
     }
 }
@@ -88,11 +130,32 @@ fn request_level_problems_fail_the_whole_request() {
     let ok = framed(&[b"x"]);
     let text = ("Content-Type", "text/plain");
     assert_eq!(batch(&s, "strict", &[], &ok).0, 400, "missing Content-Type");
-    assert_eq!(batch(&s, "strict", &[("Content-Type", "application/json")], &ok).0, 400, "mismatch");
-    assert_eq!(batch(&s, "strict", &[text], &[0, 0, 0, 9, 1]).0, 400, "truncated frame");
-    assert_eq!(batch(&s, "strict", &[text], &[0, 0, 0, 0]).0, 400, "zero-length frame");
-    for header in ["Stream-Closed", "Producer-Id", "Stream-Seq", "Stream-Record-Match"] {
-        assert_eq!(batch(&s, "strict", &[text, (header, "1")], &ok).0, 400, "{header}");
+    assert_eq!(
+        batch(&s, "strict", &[("Content-Type", "application/json")], &ok).0,
+        400,
+        "mismatch"
+    );
+    assert_eq!(
+        batch(&s, "strict", &[text], &[0, 0, 0, 9, 1]).0,
+        400,
+        "truncated frame"
+    );
+    assert_eq!(
+        batch(&s, "strict", &[text], &[0, 0, 0, 0]).0,
+        400,
+        "zero-length frame"
+    );
+    for header in [
+        "Stream-Closed",
+        "Producer-Id",
+        "Stream-Seq",
+        "Stream-Record-Match",
+    ] {
+        assert_eq!(
+            batch(&s, "strict", &[text, (header, "1")], &ok).0,
+            400,
+            "{header}"
+        );
     }
     let many: Vec<&[u8]> = vec![b"x"; 513];
     assert_eq!(batch(&s, "strict", &[text], &framed(&many)).0, 413);

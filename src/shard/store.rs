@@ -114,8 +114,8 @@ pub async fn fetch(
             (stream.data.extents_in(pos, to).to_vec(), to)
         };
         let mut moved = false;
-        for extent in &extents {
-            match read_extent(&shard.segments, extent, pos, to, &mut out).await {
+        for run in runs(&extents, pos, to) {
+            match read_run(&shard.segments, run, pos, to, &mut out).await {
                 Ok(()) => {}
                 // The cleaner moved the data and removed its segment since
                 // the extents were read: read them again.
@@ -135,6 +135,71 @@ pub async fn fetch(
     }
     debug_assert_eq!(out.len() as u64, end - start);
     Ok(out)
+}
+
+/// Extents read together: same segment, each within `RUN_GAP_BYTES` of the
+/// previous one's end, the whole span at most `RUN_SPAN_BYTES`. A stream's
+/// appends lie close together in the log (between other streams' records),
+/// so one larger sequential read replaces many 4 KiB ones.
+const RUN_GAP_BYTES: u64 = 64 << 10;
+const RUN_SPAN_BYTES: u64 = 1 << 20;
+
+fn runs(extents: &[Extent], from: u64, to: u64) -> Vec<&[Extent]> {
+    let wanted: Vec<usize> = (0..extents.len())
+        .filter(|&i| extents[i].start.max(from) < extents[i].end().min(to))
+        .collect();
+    let mut out = Vec::new();
+    let mut first = match wanted.first() {
+        Some(&i) => i,
+        None => return out,
+    };
+    for pair in wanted.windows(2) {
+        let (prev, next) = (&extents[pair[0]], &extents[pair[1]]);
+        let head = &extents[first];
+        let joins = next.segment == head.segment
+            && next.pos >= prev.pos + prev.len
+            && next.pos - (prev.pos + prev.len) <= RUN_GAP_BYTES
+            && next.pos + next.len - head.pos <= RUN_SPAN_BYTES;
+        if !joins {
+            out.push(&extents[first..pair[1]]);
+            first = pair[1];
+        }
+    }
+    out.push(&extents[first..=*wanted.last().expect("not empty")]);
+    out
+}
+
+/// Reads one run's span once and appends the parts inside `[from, to)`.
+async fn read_run(
+    segments: &Segments,
+    run: &[Extent],
+    from: u64,
+    to: u64,
+    out: &mut Vec<u8>,
+) -> io::Result<()> {
+    let (first, last) = (&run[0], &run[run.len() - 1]);
+    if run.len() == 1 {
+        return read_extent(segments, first, from, to, out).await;
+    }
+    let span_start = first.pos;
+    let mut span = Vec::with_capacity((last.pos + last.len - span_start) as usize);
+    segments
+        .read(
+            first.segment,
+            span_start,
+            last.pos + last.len - span_start,
+            &mut span,
+        )
+        .await?;
+    for extent in run {
+        let lo = extent.start.max(from);
+        let hi = extent.end().min(to);
+        if lo < hi {
+            let at = (extent.pos - span_start + (lo - extent.start)) as usize;
+            out.extend_from_slice(&span[at..at + (hi - lo) as usize]);
+        }
+    }
+    Ok(())
 }
 
 /// The part of `extent` inside `[from, to)`.
