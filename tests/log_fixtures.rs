@@ -80,6 +80,7 @@ fn expected() -> Vec<Entry> {
             closed: false,
             data: b"{\"id\":1}\n{\"id\":2,\"tags\":[\"a\",\"b\"]}\n".to_vec(),
             now_ms: NOW_MS,
+            attrs: Vec::new(),
         }),
         Entry::Stream(Command::Create {
             key: "/v1/stream/logs/app".to_string(),
@@ -90,6 +91,7 @@ fn expected() -> Vec<Entry> {
             closed: false,
             data: Vec::new(),
             now_ms: NOW_MS,
+            attrs: Vec::new(),
         }),
         Entry::Stream(Command::Create {
             key: "/v1/stream/blob".to_string(),
@@ -100,6 +102,7 @@ fn expected() -> Vec<Entry> {
             closed: true,
             data: vec![0x00, 0xff, 0x80, 0x0a],
             now_ms: NOW_MS,
+            attrs: Vec::new(),
         }),
         Entry::Stream(append("/v1/stream/logs/app", 0, b"hello\n", None)),
         Entry::Stream(append_with(
@@ -148,6 +151,7 @@ fn expected() -> Vec<Entry> {
                 seq: 5,
             }],
             tail: 4,
+            attrs: Vec::new(),
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

@@ -94,6 +94,7 @@ fn rec_of_len(seq: u64, len: usize) -> Rec {
             closed: false,
             data: filler(fixed),
             now_ms,
+            attrs: Vec::new(),
         })
     } else if len == 0 && seq.is_multiple_of(3) {
         Entry::BucketCreate {
@@ -116,6 +117,7 @@ fn rec_of_len(seq: u64, len: usize) -> Rec {
             expires_at_ms: None,
             closed: false,
             now_ms,
+            attrs: Vec::new(),
         })
     };
     let mut payload = Vec::new();

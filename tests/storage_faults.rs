@@ -73,6 +73,7 @@ fn create(key: &str) -> Command {
         closed: false,
         data: Vec::new(),
         now_ms: NOW_MS,
+        attrs: Vec::new(),
     }
 }
 

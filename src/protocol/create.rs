@@ -3,7 +3,7 @@
 
 use super::headers::{Lifetime, lifetime, wants_close};
 use super::response::{Response, bad_request, conflict};
-use super::{Action, Request, Surface, content_type, json, offset};
+use super::{Action, Request, Surface, attrs, content_type, json, offset};
 use crate::stream::{Command, Stream, Table};
 
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -19,13 +19,15 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
     let lifetime = lifetime(req.head).map_err(Action::Reply)?;
     let closed = wants_close(req.head);
     let data = canonical_body(req, &content_type).map_err(Action::Reply)?;
+    let attrs = attrs::from_header(req).map_err(Action::Reply)?;
     if let Some(existing) = table.get(req.key) {
+        let same_attrs = existing.attrs == attrs;
         return Ok(Action::Reply(recreate(
             existing,
             &content_type,
             &lifetime,
             closed,
-            &data,
+            same_attrs,
         )));
     }
     let tail = data.len() as u64;
@@ -43,6 +45,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
         closed,
         data,
         now_ms: req.now_ms,
+        attrs,
     };
     Ok(Action::Commit {
         commands: vec![command],
@@ -70,19 +73,21 @@ fn canonical_body(req: &Request, content_type: &str) -> Result<Vec<u8>, Response
     Ok(data)
 }
 
-/// An existing stream: 200 when the configuration matches, else 409. The
-/// initial body is not compared: a retried create must stay idempotent.
+/// An existing stream: 200 when the configuration (attributes included,
+/// extensions §5.2) matches, else 409. The initial body is not compared: a
+/// retried create must stay idempotent.
 fn recreate(
     existing: &Stream,
     ct: &str,
     lifetime: &Lifetime,
     closed: bool,
-    _data: &[u8],
+    same_attrs: bool,
 ) -> Response {
     let matches = content_type::same(&existing.content_type, ct)
         && existing.ttl_secs == lifetime.ttl_secs
         && existing.expires_at_ms == lifetime.expires_at_ms
-        && existing.closed == closed;
+        && existing.closed == closed
+        && same_attrs;
     if !matches {
         return conflict(
             "stream_exists",

@@ -4,6 +4,7 @@
 //! and in the files beside it, unit-tested without sockets, disks or clocks.
 
 pub mod append;
+pub mod attrs;
 pub mod batch;
 pub mod buckets;
 pub mod content_type;

@@ -108,6 +108,7 @@ mod tests {
             closed: false,
             data: data.to_vec(),
             now_ms: 0,
+            attrs: Vec::new(),
         });
         table.publish(&applied, None);
         table.get("k").unwrap().clone()

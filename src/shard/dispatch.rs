@@ -39,6 +39,22 @@ pub async fn handle(
                 surface,
                 key: &key,
                 bucket: bucket.as_deref(),
+                attrs: false,
+            };
+            return stream_request(shard, socket, stream, keep).await;
+        }
+        Target::StreamExtension {
+            resource,
+            key,
+            bucket,
+        } if resource == "attrs" => {
+            let stream = StreamRequest {
+                head,
+                body: &body,
+                surface: Surface::Bucket,
+                key: &key,
+                bucket: Some(&bucket),
+                attrs: true,
             };
             return stream_request(shard, socket, stream, keep).await;
         }
@@ -70,6 +86,8 @@ struct StreamRequest<'a> {
     surface: Surface,
     key: &'a str,
     bucket: Option<&'a str>,
+    /// The request targets the stream's `/attrs` (extensions §5).
+    attrs: bool,
 }
 
 /// Extensions §1.6: stream operations need the bucket (404 without it);
@@ -111,7 +129,10 @@ async fn stream_request(
         now_ms,
         jitter_seed: shard.next_random(),
     };
-    let action = protocol::decide_stream(&req, &shard.table.borrow());
+    let action = match sr.attrs {
+        true => protocol::attrs::decide(&req, &shard.table.borrow()),
+        false => protocol::decide_stream(&req, &shard.table.borrow()),
+    };
     if matches!(sr.head.method, Method::Get | Method::Post) {
         shard.table.borrow_mut().touch(sr.key, now_ms);
     }

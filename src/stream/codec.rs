@@ -14,7 +14,7 @@
 //! kind              fields
 //! 1 CREATE          key str, content_type str, ttl_secs opt<u64>,
 //!                   expires_at opt<str>, expires_at_ms opt<u64>, closed bool,
-//!                   data bytes, now_ms u64
+//!                   data bytes, now_ms u64, attrs bytes
 //! 2 APPEND          key str, stream_id u64, start u64, data bytes,
 //!                   producer opt<producer>, stream_seq opt<str>, close bool,
 //!                   now_ms u64
@@ -27,7 +27,9 @@
 //!                   ttl_secs opt<u64>, expires_at opt<str>,
 //!                   expires_at_ms opt<u64>, created_at_ms u64,
 //!                   last_write_ms u64, closed bool, closed_by opt<producer>,
-//!                   stream_seq opt<str>, producers list<producer>, tail u64
+//!                   stream_seq opt<str>, producers list<producer>, tail u64,
+//!                   attrs bytes
+//! 9 ATTRS           key str, stream_id u64, attrs bytes
 //!
 //! producer          id str, epoch u64, seq u64
 //! list<T>           u32 count, then the items
@@ -85,6 +87,8 @@ pub struct StreamImage {
     pub stream_seq: Option<String>,
     pub producers: Vec<ProducerWrite>,
     pub tail: u64,
+    /// Stream attributes (canonical JSON object, empty when none).
+    pub attrs: Vec<u8>,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -97,6 +101,7 @@ pub mod kind {
     pub const BUCKET_DELETE: u8 = 6;
     pub const RELOCATE: u8 = 7;
     pub const IMAGE: u8 = 8;
+    pub const ATTRS: u8 = 9;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -224,6 +229,16 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             w.u64(*stream_id);
             kind::DELETE
         }
+        Command::SetAttrs {
+            key,
+            stream_id,
+            attrs,
+        } => {
+            w.str(key);
+            w.u64(*stream_id);
+            w.bytes(attrs);
+            kind::ATTRS
+        }
     }
 }
 
@@ -247,6 +262,7 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
         w.u64(p.seq);
     }
     w.u64(image.tail);
+    w.bytes(&image.attrs);
     kind::IMAGE
 }
 
@@ -260,6 +276,7 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
         closed,
         data,
         now_ms,
+        attrs,
     } = command
     else {
         unreachable!("encode_create of a non-create");
@@ -272,6 +289,7 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
     w.bool(*closed);
     w.data(data);
     w.u64(*now_ms);
+    w.bytes(attrs);
     kind::CREATE
 }
 
@@ -385,6 +403,11 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             data: r.bytes()?.to_vec(),
         },
         kind::IMAGE => Entry::Image(Box::new(decode_image(&mut r)?)),
+        kind::ATTRS => Entry::Stream(Command::SetAttrs {
+            key: r.string()?,
+            stream_id: r.u64()?,
+            attrs: r.bytes()?.to_vec(),
+        }),
         kind::BUCKET_CREATE => Entry::BucketCreate {
             bucket: r.string()?,
             created_at_ms: r.u64()?,
@@ -408,6 +431,7 @@ fn decode_create(r: &mut Reader<'_>) -> Result<Command, CodecError> {
         closed: r.bool()?,
         data: r.bytes()?.to_vec(),
         now_ms: r.u64()?,
+        attrs: r.bytes()?.to_vec(),
     })
 }
 
@@ -438,6 +462,7 @@ fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
             list
         },
         tail: r.u64()?,
+        attrs: r.bytes()?.to_vec(),
     })
 }
 
@@ -564,6 +589,7 @@ mod tests {
                 vec![]
             },
             now_ms: 1_700_000_000_000,
+            attrs: Vec::new(),
         })
     }
 
@@ -631,6 +657,7 @@ mod tests {
                     },
                 ],
                 tail: 14,
+                attrs: br#"{"title":"t"}"#.to_vec(),
             })),
             Entry::BucketCreate {
                 bucket: "bkt1".into(),
@@ -734,7 +761,7 @@ mod tests {
 
     #[test]
     fn unknown_kinds_error() {
-        for kind in [0, 9, 0xff] {
+        for kind in [0, 10, 0xff] {
             assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
         }
     }

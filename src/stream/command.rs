@@ -23,6 +23,8 @@ pub enum Command {
         /// Canonical bytes (JSON streams: one normalized message per line).
         data: Vec<u8>,
         now_ms: u64,
+        /// Stream attributes (extensions §5), canonical JSON or empty.
+        attrs: Vec<u8>,
     },
     /// POST with a body: append canonical bytes, optionally closing.
     Append {
@@ -44,6 +46,12 @@ pub enum Command {
         producer: Option<ProducerWrite>,
         now_ms: u64,
     },
+    /// PUT `/attrs`: replace the stream attributes (empty clears them).
+    SetAttrs {
+        key: String,
+        stream_id: u64,
+        attrs: Vec<u8>,
+    },
     /// DELETE, or expiry reaped on access. Deletes only this incarnation.
     Delete { key: String, stream_id: u64 },
 }
@@ -54,6 +62,7 @@ impl Command {
             Command::Create { key, .. }
             | Command::Append { key, .. }
             | Command::Close { key, .. }
+            | Command::SetAttrs { key, .. }
             | Command::Delete { key, .. } => key,
         }
     }

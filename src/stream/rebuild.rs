@@ -76,6 +76,7 @@ impl Rebuild {
                 closed,
                 data,
                 now_ms,
+                attrs,
             } => {
                 let stream_id = incarnation_id(&key, now_ms);
                 let json = crate::protocol::content_type::is_json(&content_type);
@@ -94,6 +95,7 @@ impl Rebuild {
                     stream_seq: None,
                     producers: Vec::new(),
                     tail: data.len() as u64,
+                    attrs,
                 };
                 self.meta.insert(key, image);
             }
@@ -139,6 +141,15 @@ impl Rebuild {
                     meta.closed_by = producer.clone();
                 }
                 record_producer(meta, producer);
+            }
+            Command::SetAttrs {
+                key,
+                stream_id,
+                attrs,
+            } => {
+                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
+                    meta.attrs = attrs;
+                }
             }
             Command::Delete { key, stream_id } => {
                 if self
@@ -273,6 +284,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         visible: true,
         visible_tail: meta.tail,
         visible_closed: meta.closed,
+        attrs: meta.attrs,
         content_type: meta.content_type,
     })
 }
@@ -304,6 +316,7 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
             })
             .collect(),
         tail: stream.head_tail(),
+        attrs: stream.attrs.clone(),
     }
 }
 

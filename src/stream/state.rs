@@ -37,6 +37,9 @@ pub struct Stream {
     pub message_ends: Vec<u64>,
     pub stream_seq: Option<String>,
     pub producers: HashMap<String, ProducerState>,
+    /// Stream attributes (extensions §5): a canonical JSON object, empty
+    /// when none are set.
+    pub attrs: Vec<u8>,
     /// Readers see only what is durable: whether the create is, and how far
     /// data and closure are (`written >= synced >= visible`).
     pub visible: bool,

@@ -75,6 +75,7 @@ pub struct WriteUndo {
     stream_seq: Option<String>,
     last_write_ms: u64,
     last_access_ms: u64,
+    attrs: Vec<u8>,
 }
 
 impl Table {
@@ -221,6 +222,21 @@ impl Table {
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
+            Command::SetAttrs {
+                key,
+                stream_id,
+                attrs,
+            } => {
+                let stream = self
+                    .streams
+                    .get_mut(&key)
+                    .expect("attrs of a missing stream");
+                assert_eq!(stream.id, stream_id, "attrs decided on another incarnation");
+                let undo = WriteUndo::capture(&key, stream, None);
+                stream.attrs = attrs;
+                let tail = stream.head_tail();
+                (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
+            }
             Command::Delete { key, stream_id } => {
                 let matches = self.streams.get(&key).is_some_and(|s| s.id == stream_id);
                 let removed = matches
@@ -259,6 +275,7 @@ impl Table {
             closed,
             data,
             now_ms,
+            attrs,
         } = command
         else {
             unreachable!("apply_create takes Create only");
@@ -287,6 +304,7 @@ impl Table {
             visible: false,
             visible_tail: 0,
             visible_closed: false,
+            attrs,
         };
         push_data(&mut stream, data);
         let done = applied(&key, &stream, 0);
@@ -435,10 +453,12 @@ impl WriteUndo {
             stream_seq: stream.stream_seq.clone(),
             last_write_ms: stream.last_write_ms,
             last_access_ms: stream.last_access_ms,
+            attrs: stream.attrs.clone(),
         }
     }
 
     fn restore(self, stream: &mut Stream) {
+        stream.attrs = self.attrs;
         stream.data.truncate(self.data_len);
         stream.message_ends.truncate(self.ends_len);
         if let Some((id, previous)) = self.producer {
@@ -490,6 +510,7 @@ mod tests {
             closed: false,
             data: data.to_vec(),
             now_ms: 5,
+            attrs: Vec::new(),
         }
     }
 
