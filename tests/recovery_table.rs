@@ -83,8 +83,9 @@ fn rec_of_len(seq: u64, len: usize) -> Rec {
     };
     let entry = if seq == 1 {
         let content_type = "application/octet-stream".to_string();
-        // key, content type, three option tags, closed, data length, now_ms.
-        let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8;
+        // key, content type, three option tags, closed, data length, now_ms,
+        // attrs length.
+        let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8 + 4;
         Entry::Stream(Command::Create {
             key,
             content_type,
@@ -107,7 +108,7 @@ fn rec_of_len(seq: u64, len: usize) -> Rec {
         // record's length for its start offset).
         let key = format!("t/{seq}");
         let content_type = "text/plain".to_string();
-        let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8;
+        let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8 + 4;
         Entry::Stream(Command::Create {
             data: filler(fixed),
             key,
