@@ -52,6 +52,9 @@ pub struct Config {
     pub cache_bytes: u64,
     /// How often the cleaner looks for segments to reclaim.
     pub clean_interval_ms: u64,
+    /// Bytes of log records a shard may queue for its writer; writes
+    /// beyond get 503 with Retry-After instead of growing memory.
+    pub max_commit_queue_bytes: usize,
 }
 
 impl Default for Config {
@@ -70,6 +73,7 @@ impl Default for Config {
             segment_bytes: 64 << 20,
             cache_bytes: 256 << 20,
             clean_interval_ms: 10_000,
+            max_commit_queue_bytes: 256 << 20,
         }
     }
 }
@@ -99,6 +103,8 @@ OPTIONS:
                                 read from the log [default: 268435456]
     --clean-interval-ms MS      how often the cleaner reclaims segments of deleted data
                                 [default: 10000]
+    --max-commit-queue-bytes N  log bytes a shard may queue for the disk; more writes get 503
+                                with Retry-After [default: 268435456]
     -h, --help                  print this help
 ";
 
@@ -132,6 +138,9 @@ impl Config {
                 "--segment-bytes" => config.segment_bytes = parse(name, &value()?)?,
                 "--cache-bytes" => config.cache_bytes = parse(name, &value()?)?,
                 "--clean-interval-ms" => config.clean_interval_ms = parse(name, &value()?)?,
+                "--max-commit-queue-bytes" => {
+                    config.max_commit_queue_bytes = parse(name, &value()?)?
+                }
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }

@@ -43,6 +43,8 @@ pub struct Reply {
     pub next_offset: Option<String>,
     pub up_to_date: bool,
     pub body_len: usize,
+    /// The whole response body (already read; cloning is cheap).
+    pub body: Bytes,
 }
 
 pub struct Conn {
@@ -121,6 +123,7 @@ impl Conn {
             next_offset,
             up_to_date,
             body_len: body.len(),
+            body,
         })
     }
 }

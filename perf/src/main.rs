@@ -3,6 +3,7 @@
 //! the same client stack (tokio + hyper 1).
 
 mod append;
+mod batch;
 mod catchup;
 mod client;
 mod null_server;
@@ -37,6 +38,8 @@ pub enum Api {
 enum Command {
     /// Closed-loop (or rate-limited) appends to N streams.
     Append(append::AppendArgs),
+    /// Closed-loop append-batch requests (extensions §4) to N streams.
+    Batch(batch::BatchArgs),
     /// Pre-fill one stream, then C clients read it from the start.
     Catchup(catchup::CatchupArgs),
     /// A keep-alive HTTP/1.1 server answering 204 to anything.
@@ -60,6 +63,7 @@ fn main() {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Append(args) => append::run(args).await,
+            Command::Batch(args) => batch::run(args).await,
             Command::Catchup(args) => catchup::run(args).await,
             Command::NullServer(args) => null_server::run(args).await,
         }

@@ -34,6 +34,9 @@ pub async fn serve(
         now_ms,
         jitter_seed: 0,
     };
+    if shard.commit_queue_full() {
+        return super::dispatch::queue_full();
+    }
     let frames = match batch::check(&req, &shard.table.borrow()) {
         Ok(frames) => frames,
         Err(reply) => return reply,

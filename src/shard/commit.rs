@@ -212,6 +212,11 @@ impl Commits {
         !self.queue.borrow().records.is_empty()
     }
 
+    /// Bytes of records waiting for the writer (the commit queue).
+    pub fn queued_bytes(&self) -> usize {
+        self.queue.borrow().bytes.len()
+    }
+
     /// Takes queued records, at most `max_bytes` of them (at least one).
     pub fn take_batch(&self, max_bytes: usize) -> Option<Batch> {
         let mut queue = self.queue.borrow_mut();

@@ -80,6 +80,16 @@ pub async fn handle(
     respond(socket, reply, keep, is_head).await
 }
 
+/// 503 while the shard's commit queue is full: the disk is behind.
+pub fn queue_full() -> Response {
+    Response::error(
+        503,
+        "commit_queue_full",
+        "too many writes are waiting for the disk; retry shortly",
+    )
+    .header("retry-after", "1")
+}
+
 struct StreamRequest<'a> {
     head: &'a RequestHead,
     body: &'a [u8],
@@ -151,6 +161,9 @@ async fn stream_request(
             respond(socket, reply, keep, is_head).await
         }
         Action::Commit { commands, reply } => {
+            if shard.commit_queue_full() {
+                return respond(socket, queue_full(), keep, is_head).await;
+            }
             let reply = shard
                 .submit(commands)
                 .await

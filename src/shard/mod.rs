@@ -101,6 +101,12 @@ impl Shard {
         self.commits.ticket().expect("entry was just submitted")
     }
 
+    /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
+    /// writes are then refused with 503 rather than queued without bound.
+    pub fn commit_queue_full(&self) -> bool {
+        self.commits.queued_bytes() >= self.config.max_commit_queue_bytes
+    }
+
     /// Logs entries that change nothing decided (the cleaner's copies).
     pub fn submit_entries(&self, entries: Vec<(Entry, Effect)>) -> Option<Ticket> {
         for (entry, effect) in entries {
