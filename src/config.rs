@@ -55,6 +55,8 @@ pub struct Config {
     /// Bytes of log records a shard may queue for its writer; writes
     /// beyond get 503 with Retry-After instead of growing memory.
     pub max_commit_queue_bytes: usize,
+    /// Largest snapshot blob (extensions §2.2); larger gets 413.
+    pub max_snapshot_bytes: usize,
 }
 
 impl Default for Config {
@@ -74,6 +76,7 @@ impl Default for Config {
             cache_bytes: 256 << 20,
             clean_interval_ms: 10_000,
             max_commit_queue_bytes: 256 << 20,
+            max_snapshot_bytes: 32 << 20,
         }
     }
 }
@@ -105,6 +108,7 @@ OPTIONS:
                                 [default: 10000]
     --max-commit-queue-bytes N  log bytes a shard may queue for the disk; more writes get 503
                                 with Retry-After [default: 268435456]
+    --max-snapshot-bytes N      largest snapshot blob; larger gets 413 [default: 33554432]
     -h, --help                  print this help
 ";
 
@@ -141,6 +145,7 @@ impl Config {
                 "--max-commit-queue-bytes" => {
                     config.max_commit_queue_bytes = parse(name, &value()?)?
                 }
+                "--max-snapshot-bytes" => config.max_snapshot_bytes = parse(name, &value()?)?,
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }

@@ -152,6 +152,7 @@ fn expected() -> Vec<Entry> {
             }],
             tail: 4,
             attrs: Vec::new(),
+            snapshot: None,
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

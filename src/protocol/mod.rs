@@ -17,6 +17,7 @@ pub mod producer;
 pub mod read;
 pub mod response;
 pub mod router;
+pub mod snapshot;
 pub mod sse;
 pub mod window;
 

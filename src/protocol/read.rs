@@ -293,7 +293,7 @@ pub fn head(req: &Request, table: &Table) -> Response {
     if let Some(at) = &stream.expires_at {
         reply = reply.header("stream-expires-at", at.clone());
     }
-    reply
+    super::snapshot::head_headers(stream, reply)
 }
 
 /// Response head of an SSE read (§5.7).

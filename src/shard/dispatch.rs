@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, batch, buckets, live};
+use super::{Shard, batch, buckets, live, snapshot};
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
@@ -63,6 +63,14 @@ pub async fn handle(
             key,
             bucket,
         } if resource == "append-batch" => batch::serve(shard, head, &body, &key, &bucket).await,
+        Target::StreamExtension {
+            resource,
+            key,
+            bucket,
+        } if resource == "snapshot" || resource.starts_with("snapshot/") => {
+            let at = resource.strip_prefix("snapshot/");
+            snapshot::serve(shard, head, &body, &key, &bucket, at).await
+        }
         Target::StreamExtension { resource, .. } => Response::error(
             404,
             "extension_unavailable",

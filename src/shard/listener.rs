@@ -9,7 +9,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, cleaner, conn, guard, placement, startup, store, writer};
+use super::{Shard, buckets, cleaner, conn, guard, placement, snapshot, startup, store, writer};
 use crate::config::Config;
 use crate::stream::Command;
 use crate::stream::codec::Entry;
@@ -127,6 +127,7 @@ pub fn run_shard(
         monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
         drop_foreign_streams(&shard).await;
+        snapshot::sweep(shard.segments.dir(), &shard.table.borrow());
         for (bucket, created_at_ms) in ready.missing {
             if let Err(e) = shard
                 .submit_bucket(Entry::BucketCreate {

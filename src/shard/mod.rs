@@ -14,6 +14,7 @@ pub mod live;
 pub mod mesh;
 pub mod placement;
 pub mod signal;
+pub mod snapshot;
 pub mod startup;
 pub mod store;
 pub mod writer;

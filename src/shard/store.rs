@@ -71,6 +71,11 @@ impl Segments {
         Ok(())
     }
 
+    /// The shard's log directory.
+    pub fn dir(&self) -> &std::path::Path {
+        self.storage.dir()
+    }
+
     /// Forgets open handles of a removed segment.
     pub fn forget(&self, segment: u64) {
         self.files.borrow_mut().remove(&segment);

@@ -30,6 +30,10 @@
 //!                   stream_seq opt<str>, producers list<producer>, tail u64,
 //!                   attrs bytes
 //! 9 ATTRS           key str, stream_id u64, attrs bytes
+//! 10 SNAPSHOT       key str, stream_id u64, snapshot
+//!
+//! snapshot          offset u64, content_type str, digest str, len u64
+//!                   (IMAGE ends with opt<snapshot>)
 //!
 //! producer          id str, epoch u64, seq u64
 //! list<T>           u32 count, then the items
@@ -47,6 +51,7 @@
 //! every length is checked against the bytes that remain before copying.
 
 use crate::stream::command::{Command, ProducerWrite};
+use crate::stream::state::Snapshot;
 use std::fmt;
 
 /// What one log record carries.
@@ -89,6 +94,7 @@ pub struct StreamImage {
     pub tail: u64,
     /// Stream attributes (canonical JSON object, empty when none).
     pub attrs: Vec<u8>,
+    pub snapshot: Option<Snapshot>,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -102,6 +108,7 @@ pub mod kind {
     pub const RELOCATE: u8 = 7;
     pub const IMAGE: u8 = 8;
     pub const ATTRS: u8 = 9;
+    pub const SNAPSHOT: u8 = 10;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -229,6 +236,16 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             w.u64(*stream_id);
             kind::DELETE
         }
+        Command::Snapshot {
+            key,
+            stream_id,
+            snapshot,
+        } => {
+            w.str(key);
+            w.u64(*stream_id);
+            w.snapshot(snapshot);
+            kind::SNAPSHOT
+        }
         Command::SetAttrs {
             key,
             stream_id,
@@ -263,6 +280,10 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
     }
     w.u64(image.tail);
     w.bytes(&image.attrs);
+    w.bool(image.snapshot.is_some());
+    if let Some(snapshot) = &image.snapshot {
+        w.snapshot(snapshot);
+    }
     kind::IMAGE
 }
 
@@ -370,6 +391,13 @@ impl Writer<'_> {
         }
     }
 
+    fn snapshot(&mut self, value: &Snapshot) {
+        self.u64(value.offset);
+        self.str(&value.content_type);
+        self.str(&value.digest);
+        self.u64(value.len);
+    }
+
     fn producer(&mut self, value: Option<&ProducerWrite>) {
         self.bool(value.is_some());
         if let Some(p) = value {
@@ -403,6 +431,11 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             data: r.bytes()?.to_vec(),
         },
         kind::IMAGE => Entry::Image(Box::new(decode_image(&mut r)?)),
+        kind::SNAPSHOT => Entry::Stream(Command::Snapshot {
+            key: r.string()?,
+            stream_id: r.u64()?,
+            snapshot: r.snapshot()?,
+        }),
         kind::ATTRS => Entry::Stream(Command::SetAttrs {
             key: r.string()?,
             stream_id: r.u64()?,
@@ -463,6 +496,10 @@ fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
         },
         tail: r.u64()?,
         attrs: r.bytes()?.to_vec(),
+        snapshot: match r.bool()? {
+            true => Some(r.snapshot()?),
+            false => None,
+        },
     })
 }
 
@@ -553,6 +590,15 @@ impl<'a> Reader<'a> {
             epoch: self.u64()?,
             seq: self.u64()?,
         }))
+    }
+
+    fn snapshot(&mut self) -> Result<Snapshot, CodecError> {
+        Ok(Snapshot {
+            offset: self.u64()?,
+            content_type: self.string()?,
+            digest: self.string()?,
+            len: self.u64()?,
+        })
     }
 
     fn finish(&self) -> Result<(), CodecError> {

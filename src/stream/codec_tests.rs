@@ -92,7 +92,23 @@ fn entries() -> Vec<Entry> {
             ],
             tail: 14,
             attrs: br#"{"title":"t"}"#.to_vec(),
+            snapshot: Some(Snapshot {
+                offset: 12,
+                content_type: "application/x-loro".into(),
+                digest: "d".into(),
+                len: 99,
+            }),
         })),
+        Entry::Stream(Command::Snapshot {
+            key: "bkt1/s".into(),
+            stream_id: 3,
+            snapshot: Snapshot {
+                offset: 0,
+                content_type: String::new(),
+                digest: "x".into(),
+                len: 0,
+            },
+        }),
         Entry::BucketCreate {
             bucket: "bkt1".into(),
             created_at_ms: 42,
@@ -139,7 +155,7 @@ fn round_trip() {
 #[test]
 fn kinds() {
     let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
-    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 5, 6]);
+    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 10, 5, 6]);
 }
 
 #[test]
@@ -195,7 +211,7 @@ fn trailing_bytes_error() {
 
 #[test]
 fn unknown_kinds_error() {
-    for kind in [0, 10, 0xff] {
+    for kind in [0, 11, 0xff] {
         assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
     }
 }

@@ -46,6 +46,13 @@ pub enum Command {
         producer: Option<ProducerWrite>,
         now_ms: u64,
     },
+    /// PUT `/snapshot/{offset}`: make a snapshot (its blob already synced)
+    /// the latest visible one.
+    Snapshot {
+        key: String,
+        stream_id: u64,
+        snapshot: crate::stream::Snapshot,
+    },
     /// PUT `/attrs`: replace the stream attributes (empty clears them).
     SetAttrs {
         key: String,
@@ -63,6 +70,7 @@ impl Command {
             | Command::Append { key, .. }
             | Command::Close { key, .. }
             | Command::SetAttrs { key, .. }
+            | Command::Snapshot { key, .. }
             | Command::Delete { key, .. } => key,
         }
     }

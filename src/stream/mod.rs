@@ -11,5 +11,5 @@ pub mod state;
 pub mod table;
 
 pub use command::{Command, ProducerWrite};
-pub use state::{ProducerState, Stream};
+pub use state::{ProducerState, Snapshot, Stream};
 pub use table::{Applied, Table};

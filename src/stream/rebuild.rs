@@ -96,6 +96,7 @@ impl Rebuild {
                     producers: Vec::new(),
                     tail: data.len() as u64,
                     attrs,
+                    snapshot: None,
                 };
                 self.meta.insert(key, image);
             }
@@ -141,6 +142,15 @@ impl Rebuild {
                     meta.closed_by = producer.clone();
                 }
                 record_producer(meta, producer);
+            }
+            Command::Snapshot {
+                key,
+                stream_id,
+                snapshot,
+            } => {
+                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
+                    meta.snapshot = Some(snapshot);
+                }
             }
             Command::SetAttrs {
                 key,
@@ -285,6 +295,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         visible_tail: meta.tail,
         visible_closed: meta.closed,
         attrs: meta.attrs,
+        snapshot: meta.snapshot,
         content_type: meta.content_type,
     })
 }
@@ -317,6 +328,7 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
             .collect(),
         tail: stream.head_tail(),
         attrs: stream.attrs.clone(),
+        snapshot: stream.snapshot.clone(),
     }
 }
 

@@ -12,6 +12,15 @@ pub struct ProducerState {
     pub last_seq: u64,
 }
 
+/// A published snapshot: its blob lives in a file of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub offset: u64,
+    pub content_type: String,
+    pub digest: String,
+    pub len: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stream {
     /// Unique per incarnation of a key: a re-created stream gets a new id, so
@@ -40,6 +49,8 @@ pub struct Stream {
     /// Stream attributes (extensions §5): a canonical JSON object, empty
     /// when none are set.
     pub attrs: Vec<u8>,
+    /// The latest visible snapshot (extensions §2).
+    pub snapshot: Option<Snapshot>,
     /// Readers see only what is durable: whether the create is, and how far
     /// data and closure are (`written >= synced >= visible`).
     pub visible: bool,

@@ -76,6 +76,7 @@ pub struct WriteUndo {
     last_write_ms: u64,
     last_access_ms: u64,
     attrs: Vec<u8>,
+    snapshot: Option<crate::stream::Snapshot>,
 }
 
 impl Table {
@@ -222,6 +223,24 @@ impl Table {
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
+            Command::Snapshot {
+                key,
+                stream_id,
+                snapshot,
+            } => {
+                let stream = self
+                    .streams
+                    .get_mut(&key)
+                    .expect("snapshot of a missing stream");
+                assert_eq!(
+                    stream.id, stream_id,
+                    "snapshot decided on another incarnation"
+                );
+                let undo = WriteUndo::capture(&key, stream, None);
+                stream.snapshot = Some(snapshot);
+                let tail = stream.head_tail();
+                (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
+            }
             Command::SetAttrs {
                 key,
                 stream_id,
@@ -305,6 +324,7 @@ impl Table {
             visible_tail: 0,
             visible_closed: false,
             attrs,
+            snapshot: None,
         };
         push_data(&mut stream, data);
         let done = applied(&key, &stream, 0);
@@ -454,11 +474,13 @@ impl WriteUndo {
             last_write_ms: stream.last_write_ms,
             last_access_ms: stream.last_access_ms,
             attrs: stream.attrs.clone(),
+            snapshot: stream.snapshot.clone(),
         }
     }
 
     fn restore(self, stream: &mut Stream) {
         stream.attrs = self.attrs;
+        stream.snapshot = self.snapshot;
         stream.data.truncate(self.data_len);
         stream.message_ends.truncate(self.ends_len);
         if let Some((id, previous)) = self.producer {

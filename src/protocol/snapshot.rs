@@ -1,0 +1,174 @@
+//! Snapshots (extensions §2): publish at a committed message boundary,
+//! idempotent by digest, `Stream-Snapshot-Match`, latest redirect, read,
+//! delete rules and HEAD metadata. One snapshot is visible per stream;
+//! publishing replaces it. The blob I/O is the shard's.
+
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::response::{Response, bad_request, conflict, not_found};
+use super::{Request, offset};
+use crate::stream::{Snapshot, Stream};
+
+/// What a publish must do.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Publish {
+    /// Write this blob, then commit the snapshot.
+    Write(Snapshot),
+    /// Already published with the same content: the same digest again.
+    Same(Response),
+}
+
+/// "A digest of the snapshot's content type and body."
+pub fn digest(content_type: &str, body: &[u8]) -> String {
+    let mut bytes = Vec::with_capacity(content_type.len() + 1 + body.len());
+    bytes.extend_from_slice(content_type.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(body);
+    format!("xxh3-128:{:032x}", xxh3_128(&bytes))
+}
+
+fn parse_offset(text: &str) -> Result<u64, Response> {
+    offset::parse_token(text).ok_or_else(|| bad_request("invalid snapshot offset"))
+}
+
+/// PUT `{stream}/snapshot/{offset}` (§2.2).
+pub fn decide_publish(
+    req: &Request,
+    stream: &Stream,
+    offset_text: &str,
+    limit: usize,
+) -> Result<Publish, Response> {
+    let at = parse_offset(offset_text)?;
+    if at > stream.tail() {
+        return Err(conflict(
+            "snapshot_beyond_tail",
+            "snapshot offset is beyond the committed tail",
+        ));
+    }
+    if !stream.is_boundary(at) {
+        return Err(bad_request(
+            "snapshot offset is not on a committed message boundary",
+        ));
+    }
+    if req.body.len() > limit {
+        return Err(Response::error(
+            413,
+            "snapshot_too_large",
+            "the snapshot exceeds the size limit",
+        ));
+    }
+    let content_type = match req.head.header("content-type").map(str::trim) {
+        None | Some("") => "application/octet-stream".to_string(),
+        Some(ct) => ct.to_string(),
+    };
+    let digest = digest(&content_type, req.body);
+    if let Some(expected) = req.head.header("stream-snapshot-match")
+        && stream
+            .snapshot
+            .as_ref()
+            .is_none_or(|s| s.digest != expected)
+    {
+        return Err(conflict(
+            "snapshot_mismatch",
+            "Stream-Snapshot-Match does not match the visible snapshot",
+        ));
+    }
+    if let Some(current) = stream.snapshot.as_ref().filter(|s| s.offset == at) {
+        if current.digest != digest {
+            return Err(conflict(
+                "snapshot_exists",
+                "a different snapshot is published at this offset",
+            ));
+        }
+        return Ok(Publish::Same(published(current)));
+    }
+    Ok(Publish::Write(Snapshot {
+        offset: at,
+        content_type,
+        digest,
+        len: req.body.len() as u64,
+    }))
+}
+
+/// The 204 of a successful publish.
+pub fn published(snapshot: &Snapshot) -> Response {
+    Response::new(204).header("stream-snapshot-digest", snapshot.digest.clone())
+}
+
+/// GET `{stream}/snapshot` (§2.3): 307 to the latest snapshot, or 404.
+pub fn latest(req: &Request, stream: &Stream) -> Response {
+    match &stream.snapshot {
+        Some(s) => {
+            let location = format!(
+                "{}/{}",
+                req.head.raw_path.trim_end_matches('/'),
+                offset::format(s.offset)
+            );
+            Response::new(307)
+                .header("location", location)
+                .header("cache-control", "no-store")
+        }
+        None => not_found("the stream has no snapshot"),
+    }
+}
+
+/// The visible snapshot at `offset_text`, if that is the one published.
+pub fn find<'a>(stream: &'a Stream, offset_text: &str) -> Result<&'a Snapshot, Response> {
+    let at = parse_offset(offset_text)?;
+    stream
+        .snapshot
+        .as_ref()
+        .filter(|s| s.offset == at)
+        .ok_or_else(|| not_found("no snapshot at this offset"))
+}
+
+/// GET `{stream}/snapshot/{offset}` (§2.5) with the blob read.
+pub fn read_reply(stream: &Stream, snapshot: &Snapshot, blob: Vec<u8>) -> Response {
+    let up_to_date = snapshot.offset == stream.tail();
+    Response::new(200)
+        .header("content-type", snapshot.content_type.clone())
+        .header("stream-snapshot-offset", offset::format(snapshot.offset))
+        .header("stream-snapshot-digest", snapshot.digest.clone())
+        .header("stream-next-offset", offset::format(snapshot.offset))
+        .header(
+            "stream-up-to-date",
+            if up_to_date { "true" } else { "false" },
+        )
+        .header("cache-control", "no-store")
+        .with_body(blob)
+}
+
+/// DELETE `{stream}/snapshot/{offset}` (§2.6): the latest visible snapshot
+/// keeps /bootstrap complete (409); superseded ones are gone (404).
+pub fn delete(stream: &Stream, offset_text: &str) -> Response {
+    match find(stream, offset_text) {
+        Ok(_) => conflict(
+            "snapshot_in_use",
+            "the latest visible snapshot cannot be deleted",
+        ),
+        Err(reply) => reply,
+    }
+}
+
+/// HEAD metadata (§2.4).
+pub fn head_headers(stream: &Stream, reply: Response) -> Response {
+    match &stream.snapshot {
+        Some(s) => reply
+            .header("stream-snapshot-offset", offset::format(s.offset))
+            .header("stream-snapshot-digest", s.digest.clone()),
+        None => reply,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_covers_type_and_body() {
+        assert_eq!(digest("a", b"x"), digest("a", b"x"));
+        assert_ne!(digest("a", b"x"), digest("b", b"x"));
+        assert_ne!(digest("a", b"x"), digest("a", b"y"));
+        assert!(digest("a", b"").starts_with("xxh3-128:"));
+    }
+}

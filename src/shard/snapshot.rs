@@ -1,0 +1,197 @@
+//! Snapshots on the owning shard (extensions §2): the blob is written to a
+//! file of its own and synced (through io_uring) before the SNAPSHOT record
+//! that makes it visible is committed; a superseded blob is removed once
+//! its successor is committed, and orphans are swept at startup. Publishing
+//! never blocks appends: only the blob write awaits.
+
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use super::Shard;
+use crate::clock;
+use crate::http::parse::{Method, RequestHead};
+use crate::protocol::response::not_found;
+use crate::protocol::snapshot::{self, Publish};
+use crate::protocol::{self, Request, Response, Surface};
+use crate::stream::{Command, Snapshot, Table};
+
+fn blob_dir(shard: &Shard) -> PathBuf {
+    shard.segments.dir().join("snapshots")
+}
+
+fn blob_path(dir: &Path, stream_id: u64, offset: u64) -> PathBuf {
+    dir.join(format!("{stream_id:016x}-{offset:016x}.snap"))
+}
+
+async fn write_blob(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let file = monoio::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .await?;
+    let (result, _) = file.write_all_at(body.to_vec(), 0).await;
+    result?;
+    file.sync_all().await?;
+    file.close().await?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+async fn read_blob(path: &Path, len: u64) -> std::io::Result<Vec<u8>> {
+    let file = monoio::fs::File::open(path).await?;
+    let (result, buf) = file.read_exact_at(vec![0u8; len as usize], 0).await;
+    result?;
+    Ok(buf)
+}
+
+fn unavailable(e: &std::io::Error) -> Response {
+    Response::error(
+        503,
+        "storage_unavailable",
+        &format!("snapshot storage failed: {e}"),
+    )
+    .header("retry-after", "1")
+}
+
+/// `{stream}/snapshot` and `{stream}/snapshot/{offset}`.
+pub async fn serve(
+    shard: &Rc<Shard>,
+    head: &RequestHead,
+    body: &[u8],
+    key: &str,
+    bucket: &str,
+    offset: Option<&str>,
+) -> Response {
+    if !shard.buckets.borrow().contains_key(bucket) {
+        return not_found("bucket not found");
+    }
+    let now_ms = clock::now_ms();
+    let expired = protocol::reap_expired(&shard.table.borrow(), key, now_ms);
+    if let Some(command) = expired {
+        drop(shard.submit(vec![command]));
+    }
+    let req = Request {
+        head,
+        body,
+        surface: Surface::Bucket,
+        key,
+        now_ms,
+        jitter_seed: 0,
+    };
+    match (head.method, offset) {
+        (Method::Get | Method::Head, None) => match shard.table.borrow().get_visible(key) {
+            Some(stream) => snapshot::latest(&req, stream),
+            None => not_found("stream not found"),
+        },
+        (Method::Get | Method::Head, Some(at)) => read(shard, key, at).await,
+        (Method::Put, Some(at)) => publish(shard, &req, at).await,
+        (Method::Delete, Some(at)) => match shard.table.borrow().get_visible(key) {
+            Some(stream) => snapshot::delete(stream, at),
+            None => not_found("stream not found"),
+        },
+        _ => Response::error(
+            405,
+            "method_not_allowed",
+            "snapshots take GET, PUT and DELETE",
+        )
+        .header("allow", "GET, HEAD, PUT, DELETE, OPTIONS"),
+    }
+}
+
+async fn read(shard: &Shard, key: &str, at: &str) -> Response {
+    let found = {
+        let table = shard.table.borrow();
+        let Some(stream) = table.get_visible(key) else {
+            return not_found("stream not found");
+        };
+        snapshot::find(stream, at).map(|s| (stream.id, s.clone()))
+    };
+    let (id, snap) = match found {
+        Ok(found) => found,
+        Err(reply) => return reply,
+    };
+    let Ok(blob) = read_blob(&blob_path(&blob_dir(shard), id, snap.offset), snap.len).await else {
+        return not_found("the snapshot was superseded");
+    };
+    match shard.table.borrow().get_visible(key).filter(|s| s.id == id) {
+        Some(stream) => snapshot::read_reply(stream, &snap, blob),
+        None => not_found("stream not found"),
+    }
+}
+
+async fn publish(shard: &Shard, req: &Request<'_>, at: &str) -> Response {
+    let limit = shard.config.max_snapshot_bytes;
+    let decided = {
+        let table = shard.table.borrow();
+        let Some(stream) = table.get_visible(req.key) else {
+            return not_found("stream not found");
+        };
+        snapshot::decide_publish(req, stream, at, limit).map(|p| (stream.id, p))
+    };
+    let (id, snap) = match decided {
+        Err(reply) => return reply,
+        Ok((_, Publish::Same(reply))) => {
+            return shard
+                .barrier()
+                .await
+                .map_or_else(|e| e.response(), |()| reply);
+        }
+        Ok((id, Publish::Write(snap))) => (id, snap),
+    };
+    let dir = blob_dir(shard);
+    let path = blob_path(&dir, id, snap.offset);
+    if let Err(e) = write_blob(&dir, &path, req.body).await {
+        return unavailable(&e);
+    }
+    let previous = match shard.table.borrow().get(req.key).filter(|s| s.id == id) {
+        Some(stream) => stream.snapshot.clone(),
+        None => return not_found("stream not found"),
+    };
+    let command = Command::Snapshot {
+        key: req.key.to_string(),
+        stream_id: id,
+        snapshot: snap.clone(),
+    };
+    if let Err(e) = shard.submit(vec![command]).await {
+        let _ = std::fs::remove_file(&path);
+        return e.response();
+    }
+    remove_superseded(shard, req.key, id, previous, &dir);
+    snapshot::published(&snap)
+}
+
+/// Removes the blob a publish replaced, unless it is visible again.
+fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapshot>, dir: &Path) {
+    let Some(previous) = previous else { return };
+    let current = shard
+        .table
+        .borrow()
+        .get(key)
+        .and_then(|s| s.snapshot.as_ref().map(|c| c.offset));
+    if current != Some(previous.offset) {
+        let _ = std::fs::remove_file(blob_path(dir, id, previous.offset));
+    }
+}
+
+/// Removes blobs no stream refers to (crashes between blob and record,
+/// deleted streams). Runs once at startup.
+pub fn sweep(dir: &Path, table: &Table) {
+    let Ok(entries) = std::fs::read_dir(dir.join("snapshots")) else {
+        return;
+    };
+    let live: std::collections::HashSet<String> = table
+        .iter()
+        .filter_map(|(_, s)| {
+            s.snapshot
+                .as_ref()
+                .map(|snap| format!("{:016x}-{:016x}.snap", s.id, snap.offset))
+        })
+        .collect();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !live.contains(&name) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}

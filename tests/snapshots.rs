@@ -1,0 +1,194 @@
+//! Snapshots (extensions §2) against the real binary: publish rules,
+//! idempotency by digest, Stream-Snapshot-Match, latest redirect, read,
+//! delete rules, HEAD metadata, size limit, and survival across restart.
+
+mod common;
+
+use common::{Server, req};
+
+const BUCKET: &str = "snaps";
+
+fn offset_after(s: &Server, path: &str, body: &[u8]) -> String {
+    let r = req(
+        s.addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body,
+    );
+    assert_eq!(r.status, 204, "{}", r.text());
+    r.header("stream-next-offset").unwrap().to_string()
+}
+
+#[test]
+fn publish_read_replace_and_restart() {
+    let mut s = Server::start(&["--cores", "2", "--max-snapshot-bytes", "4096"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/doc");
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &path,
+            &[("Content-Type", "application/json")],
+            b""
+        )
+        .status,
+        201
+    );
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"").status,
+        404
+    );
+    let first = offset_after(&s, &path, br#"{"op":1}"#);
+    let second = offset_after(&s, &path, br#"{"op":2}"#);
+    let loro = [("Content-Type", "application/x-loro")];
+    let put = |at: &str, headers: &[(&str, &str)], body: &[u8]| {
+        req(
+            s.addr,
+            "PUT",
+            &format!("{path}/snapshot/{at}"),
+            headers,
+            body,
+        )
+    };
+    let published = put(&first, &loro, b"state-after-op-1");
+    assert_eq!(published.status, 204);
+    let digest = published
+        .header("stream-snapshot-digest")
+        .unwrap()
+        .to_string();
+    // Idempotent repeat: same digest; different content at the same offset: 409.
+    assert_eq!(
+        put(&first, &loro, b"state-after-op-1").header("stream-snapshot-digest"),
+        Some(digest.as_str())
+    );
+    assert_eq!(put(&first, &loro, b"other").status, 409);
+    // Stream-Snapshot-Match must name the visible snapshot.
+    assert_eq!(
+        put(
+            &second,
+            &[loro[0], ("Stream-Snapshot-Match", "nope")],
+            b"s2"
+        )
+        .status,
+        409
+    );
+    // Beyond the tail: 409; not a boundary: 400; garbage: 400; too large: 413.
+    let beyond = rill::protocol::offset::format(1 << 20);
+    assert_eq!(put(&beyond, &loro, b"x").status, 409);
+    let inside =
+        rill::protocol::offset::format(rill::protocol::offset::parse_token(&first).unwrap() - 1);
+    assert_eq!(put(&inside, &loro, b"x").status, 400);
+    assert_eq!(put("abc", &loro, b"x").status, 400);
+    assert_eq!(put(&second, &loro, &vec![b'x'; 5000]).status, 413);
+    // Replace with a newer snapshot, matched on the current digest.
+    let newer = put(
+        &second,
+        &[loro[0], ("Stream-Snapshot-Match", &digest)],
+        b"state-after-op-2",
+    );
+    assert_eq!(newer.status, 204);
+    let newer_digest = newer.header("stream-snapshot-digest").unwrap().to_string();
+    let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
+    assert_eq!(latest.status, 307);
+    assert!(
+        latest
+            .header("location")
+            .unwrap()
+            .ends_with(&format!("/snapshot/{second}"))
+    );
+    let head = req(s.addr, "HEAD", &path, &[], b"");
+    assert_eq!(head.header("stream-snapshot-offset"), Some(second.as_str()));
+    assert_eq!(
+        head.header("stream-snapshot-digest"),
+        Some(newer_digest.as_str())
+    );
+    // The superseded one is gone; the latest cannot be deleted.
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}/snapshot/{first}"), &[], b"").status,
+        404
+    );
+    assert_eq!(
+        req(
+            s.addr,
+            "DELETE",
+            &format!("{path}/snapshot/{first}"),
+            &[],
+            b""
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        req(
+            s.addr,
+            "DELETE",
+            &format!("{path}/snapshot/{second}"),
+            &[],
+            b""
+        )
+        .status,
+        409
+    );
+    // Appends are unaffected, and everything survives a restart.
+    offset_after(&s, &path, br#"{"op":3}"#);
+    s.restart();
+    let read = req(
+        s.addr,
+        "GET",
+        &format!("{path}/snapshot/{second}"),
+        &[],
+        b"",
+    );
+    assert_eq!(read.status, 200);
+    assert_eq!(read.body, b"state-after-op-2");
+    assert_eq!(read.header("content-type"), Some("application/x-loro"));
+    assert_eq!(
+        read.header("stream-snapshot-digest"),
+        Some(newer_digest.as_str())
+    );
+    assert_eq!(read.header("stream-next-offset"), Some(second.as_str()));
+    assert_eq!(read.header("stream-up-to-date"), Some("false"));
+    let all = req(s.addr, "GET", &path, &[], b"");
+    assert_eq!(all.body, b"{\"op\":1}\n{\"op\":2}\n{\"op\":3}\n");
+}
+
+#[test]
+fn missing_streams_and_methods() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let zero = rill::protocol::offset::format(0);
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &format!("/{BUCKET}/none/snapshot/{zero}"),
+            &[],
+            b"x"
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        req(s.addr, "GET", &format!("/{BUCKET}/none/snapshot"), &[], b"").status,
+        404
+    );
+    let path = format!("/{BUCKET}/bin");
+    assert_eq!(req(s.addr, "PUT", &path, &[], b"abc").status, 201);
+    // A snapshot at offset 0 (the empty prefix) is a boundary.
+    assert_eq!(
+        req(s.addr, "PUT", &format!("{path}/snapshot/{zero}"), &[], b"").status,
+        204
+    );
+    assert_eq!(
+        req(s.addr, "POST", &format!("{path}/snapshot"), &[], b"").status,
+        405
+    );
+}
