@@ -153,6 +153,7 @@ fn expected() -> Vec<Entry> {
             tail: 4,
             attrs: Vec::new(),
             snapshot: None,
+            retained: 0,
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

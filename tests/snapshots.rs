@@ -192,3 +192,88 @@ fn missing_streams_and_methods() {
         405
     );
 }
+
+#[test]
+fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
+    let mut s = Server::start(&[
+        "--cores",
+        "2",
+        "--segment-bytes",
+        "262144",
+        "--max-body-bytes",
+        "65536",
+    ]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/kept");
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &path,
+            &[("Content-Type", "application/json")],
+            b""
+        )
+        .status,
+        201
+    );
+    let first = offset_after(&s, &path, br#"{"op":1}"#);
+    let second = offset_after(&s, &path, br#"{"op":2}"#);
+    let retain = |at: &str| req(s.addr, "PUT", &format!("{path}/retention/{at}"), &[], b"").status;
+    // Not beyond the latest snapshot (there is none yet).
+    assert_eq!(retain(&first), 409);
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &format!("{path}/snapshot/{first}"),
+            &[],
+            b"snap-1"
+        )
+        .status,
+        204
+    );
+    let inside =
+        rill::protocol::offset::format(rill::protocol::offset::parse_token(&first).unwrap() - 1);
+    assert_eq!(retain(&inside), 400, "not on a message boundary");
+    assert_eq!(retain(&second), 409, "newer than the latest snapshot");
+    assert_eq!(retain(&first), 204);
+    assert_eq!(retain(&first), 204, "idempotent");
+    let zero = rill::protocol::offset::format(0);
+    assert_eq!(retain(&zero), 409, "backward");
+    // Older offsets are gone; -1 starts at the retained offset.
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}?offset={zero}"), &[], b"").status,
+        410
+    );
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &format!("{path}/snapshot/{zero}"),
+            &[],
+            b"old"
+        )
+        .status,
+        410
+    );
+    let from_start = req(s.addr, "GET", &path, &[], b"");
+    assert_eq!(from_start.body, b"{\"op\":2}\n");
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}?offset={first}"), &[], b"").body,
+        b"{\"op\":2}\n"
+    );
+    s.restart();
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}?offset={zero}"), &[], b"").status,
+        410
+    );
+    assert_eq!(req(s.addr, "GET", &path, &[], b"").body, b"{\"op\":2}\n");
+    offset_after(&s, &path, br#"{"op":3}"#);
+    assert_eq!(
+        req(s.addr, "GET", &path, &[], b"").body,
+        b"{\"op\":2}\n{\"op\":3}\n"
+    );
+}

@@ -46,7 +46,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         .get_visible(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
     let start = match param {
-        OffsetParam::Start => 0,
+        OffsetParam::Start => stream.retained,
         OffsetParam::Now => stream.tail(),
         OffsetParam::At(pos) => validate_position(stream, req.surface, pos)?,
     };
@@ -122,6 +122,13 @@ fn max_bytes(req: &Request) -> Result<Option<u64>, Response> {
 fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64, Response> {
     if pos > stream.tail() {
         return Err(bad_request("offset is beyond the tail of the stream"));
+    }
+    if pos < stream.retained {
+        return Err(Response::error(
+            410,
+            "offset_gone",
+            "the offset is before the earliest retained offset; use /bootstrap",
+        ));
     }
     if stream.json && surface == Surface::V1 && !stream.is_boundary(pos) {
         return Err(bad_request("offset is not on a message boundary"));

@@ -89,9 +89,10 @@ pub fn route(raw_path: &str) -> Target {
         [bucket, "streams"] => bucket_target(bucket, |b| Target::BucketStreams { bucket: b }),
         [bucket, stream] => bucket_stream(bucket, stream, None),
         [bucket, stream, resource] => bucket_stream(bucket, stream, Some(resource)),
-        [bucket, stream, "snapshot", offset] => match percent_decode(offset) {
-            Ok(offset) => bucket_stream(bucket, stream, Some(&format!("snapshot/{offset}"))),
-            Err(_) => Target::Invalid("snapshot offset is not valid percent-encoding"),
+        [bucket, stream, kind @ ("snapshot" | "retention"), offset] => match percent_decode(offset)
+        {
+            Ok(offset) => bucket_stream(bucket, stream, Some(&format!("{kind}/{offset}"))),
+            Err(_) => Target::Invalid("offset is not valid percent-encoding"),
         },
         _ => Target::NotFound,
     }

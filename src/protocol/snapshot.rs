@@ -50,6 +50,13 @@ pub fn decide_publish(
             "snapshot offset is not on a committed message boundary",
         ));
     }
+    if at < stream.retained {
+        return Err(Response::error(
+            410,
+            "offset_gone",
+            "the snapshot offset is before the earliest retained offset",
+        ));
+    }
     if req.body.len() > limit {
         return Err(Response::error(
             413,
@@ -148,6 +155,36 @@ pub fn delete(stream: &Stream, offset_text: &str) -> Response {
         ),
         Err(reply) => reply,
     }
+}
+
+/// PUT `{stream}/retention/{offset}` (§2.2): aligned, monotonic, not past
+/// the latest snapshot. `Ok(None)`: already there (204 without a commit).
+pub fn decide_retention(stream: &Stream, offset_text: &str) -> Result<Option<u64>, Response> {
+    let at = parse_offset(offset_text)?;
+    if at > stream.tail() {
+        return Err(conflict(
+            "retention_beyond_tail",
+            "the retention offset is beyond the committed tail",
+        ));
+    }
+    if !stream.is_boundary(at) {
+        return Err(bad_request(
+            "the retention offset is not on a committed message boundary",
+        ));
+    }
+    if at < stream.retained {
+        return Err(conflict(
+            "retention_backward",
+            "retention cannot move backward",
+        ));
+    }
+    if stream.snapshot.as_ref().is_none_or(|s| at > s.offset) {
+        return Err(conflict(
+            "retention_past_snapshot",
+            "retention cannot pass the latest published snapshot",
+        ));
+    }
+    Ok((at != stream.retained).then_some(at))
 }
 
 /// HEAD metadata (§2.4).

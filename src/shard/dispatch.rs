@@ -71,6 +71,14 @@ pub async fn handle(
             let at = resource.strip_prefix("snapshot/");
             snapshot::serve(shard, head, &body, &key, &bucket, at).await
         }
+        Target::StreamExtension {
+            resource,
+            key,
+            bucket,
+        } if resource.starts_with("retention/") => {
+            let at = &resource["retention/".len()..];
+            snapshot::serve_retention(shard, head, &key, &bucket, at).await
+        }
         Target::StreamExtension { resource, .. } => Response::error(
             404,
             "extension_unavailable",

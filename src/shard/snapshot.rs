@@ -161,6 +161,48 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: &str) -> Response {
     snapshot::published(&snap)
 }
 
+/// `PUT {stream}/retention/{offset}`.
+pub async fn serve_retention(
+    shard: &Rc<Shard>,
+    head: &RequestHead,
+    key: &str,
+    bucket: &str,
+    at: &str,
+) -> Response {
+    if !shard.buckets.borrow().contains_key(bucket) {
+        return not_found("bucket not found");
+    }
+    if head.method != Method::Put {
+        return Response::error(405, "method_not_allowed", "retention takes PUT")
+            .header("allow", "PUT, OPTIONS");
+    }
+    let decided = {
+        let table = shard.table.borrow();
+        let Some(stream) = table.get_visible(key) else {
+            return not_found("stream not found");
+        };
+        snapshot::decide_retention(stream, at).map(|to| (stream.id, to))
+    };
+    let command = match decided {
+        Err(reply) => return reply,
+        Ok((_, None)) => {
+            return shard
+                .barrier()
+                .await
+                .map_or_else(|e| e.response(), |()| Response::new(204));
+        }
+        Ok((id, Some(offset))) => Command::Retain {
+            key: key.to_string(),
+            stream_id: id,
+            offset,
+        },
+    };
+    shard
+        .submit(vec![command])
+        .await
+        .map_or_else(|e| e.response(), |()| Response::new(204))
+}
+
 /// Removes the blob a publish replaced, unless it is visible again.
 fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapshot>, dir: &Path) {
     let Some(previous) = previous else { return };

@@ -31,9 +31,10 @@
 //!                   attrs bytes
 //! 9 ATTRS           key str, stream_id u64, attrs bytes
 //! 10 SNAPSHOT       key str, stream_id u64, snapshot
+//! 11 RETENTION      key str, stream_id u64, offset u64
 //!
 //! snapshot          offset u64, content_type str, digest str, len u64
-//!                   (IMAGE ends with opt<snapshot>)
+//!                   (IMAGE ends with opt<snapshot>, retained u64)
 //!
 //! producer          id str, epoch u64, seq u64
 //! list<T>           u32 count, then the items
@@ -95,6 +96,7 @@ pub struct StreamImage {
     /// Stream attributes (canonical JSON object, empty when none).
     pub attrs: Vec<u8>,
     pub snapshot: Option<Snapshot>,
+    pub retained: u64,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -109,6 +111,7 @@ pub mod kind {
     pub const IMAGE: u8 = 8;
     pub const ATTRS: u8 = 9;
     pub const SNAPSHOT: u8 = 10;
+    pub const RETENTION: u8 = 11;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,6 +239,16 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             w.u64(*stream_id);
             kind::DELETE
         }
+        Command::Retain {
+            key,
+            stream_id,
+            offset,
+        } => {
+            w.str(key);
+            w.u64(*stream_id);
+            w.u64(*offset);
+            kind::RETENTION
+        }
         Command::Snapshot {
             key,
             stream_id,
@@ -284,6 +297,7 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
     if let Some(snapshot) = &image.snapshot {
         w.snapshot(snapshot);
     }
+    w.u64(image.retained);
     kind::IMAGE
 }
 
@@ -431,6 +445,11 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             data: r.bytes()?.to_vec(),
         },
         kind::IMAGE => Entry::Image(Box::new(decode_image(&mut r)?)),
+        kind::RETENTION => Entry::Stream(Command::Retain {
+            key: r.string()?,
+            stream_id: r.u64()?,
+            offset: r.u64()?,
+        }),
         kind::SNAPSHOT => Entry::Stream(Command::Snapshot {
             key: r.string()?,
             stream_id: r.u64()?,
@@ -500,6 +519,7 @@ fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
             true => Some(r.snapshot()?),
             false => None,
         },
+        retained: r.u64()?,
     })
 }
 

@@ -92,6 +92,7 @@ fn entries() -> Vec<Entry> {
             ],
             tail: 14,
             attrs: br#"{"title":"t"}"#.to_vec(),
+            retained: 5,
             snapshot: Some(Snapshot {
                 offset: 12,
                 content_type: "application/x-loro".into(),
@@ -99,6 +100,11 @@ fn entries() -> Vec<Entry> {
                 len: 99,
             }),
         })),
+        Entry::Stream(Command::Retain {
+            key: "bkt1/s".into(),
+            stream_id: 3,
+            offset: 7,
+        }),
         Entry::Stream(Command::Snapshot {
             key: "bkt1/s".into(),
             stream_id: 3,
@@ -155,7 +161,7 @@ fn round_trip() {
 #[test]
 fn kinds() {
     let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
-    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 10, 5, 6]);
+    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 10, 5, 6]);
 }
 
 #[test]
@@ -211,7 +217,7 @@ fn trailing_bytes_error() {
 
 #[test]
 fn unknown_kinds_error() {
-    for kind in [0, 11, 0xff] {
+    for kind in [0, 12, 0xff] {
         assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
     }
 }

@@ -53,6 +53,12 @@ pub enum Command {
         stream_id: u64,
         snapshot: crate::stream::Snapshot,
     },
+    /// PUT `/retention/{offset}`: data before `offset` is no longer kept.
+    Retain {
+        key: String,
+        stream_id: u64,
+        offset: u64,
+    },
     /// PUT `/attrs`: replace the stream attributes (empty clears them).
     SetAttrs {
         key: String,
@@ -71,6 +77,7 @@ impl Command {
             | Command::Close { key, .. }
             | Command::SetAttrs { key, .. }
             | Command::Snapshot { key, .. }
+            | Command::Retain { key, .. }
             | Command::Delete { key, .. } => key,
         }
     }

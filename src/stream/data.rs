@@ -30,18 +30,22 @@ pub struct StreamData {
     tail: u64,
     /// Cached suffix `[cache_start, tail)`, one chunk per append.
     chunks: VecDeque<(u64, Vec<u8>)>,
-    /// Located appends, ascending and contiguous from offset 0.
+    /// Located appends, ascending and contiguous up to `located_to`
+    /// (those wholly before the retention point may be dropped).
     extents: Vec<Extent>,
+    /// Where located data ends.
+    located_to: u64,
 }
 
 impl StreamData {
     /// Data rebuilt by recovery: all of it in the log, nothing cached.
     pub fn recovered(extents: Vec<Extent>, tail: u64) -> StreamData {
-        debug_assert_eq!(extents.last().map_or(0, Extent::end), tail);
+        debug_assert!(extents.last().is_none_or(|e| e.end() == tail));
         StreamData {
             tail,
             chunks: VecDeque::new(),
             extents,
+            located_to: tail,
         }
     }
 
@@ -60,7 +64,14 @@ impl StreamData {
 
     /// Where located data ends: bytes before it can be read from the log.
     pub fn located_end(&self) -> u64 {
-        self.extents.last().map_or(0, Extent::end)
+        self.located_to
+    }
+
+    /// Forgets where bytes wholly before `offset` are (retention made
+    /// them unreadable), so the cleaner reclaims them.
+    pub fn drop_before(&mut self, offset: u64) {
+        let dead = self.extents.partition_point(|e| e.end() <= offset);
+        self.extents.drain(..dead);
     }
 
     /// Appends decided bytes (cached until committed and evicted).
@@ -96,6 +107,7 @@ impl StreamData {
             segment,
             pos,
         });
+        self.located_to = start + len;
     }
 
     /// Drops the oldest cached chunk if it is located; returns its size.

@@ -97,6 +97,7 @@ impl Rebuild {
                     tail: data.len() as u64,
                     attrs,
                     snapshot: None,
+                    retained: 0,
                 };
                 self.meta.insert(key, image);
             }
@@ -142,6 +143,15 @@ impl Rebuild {
                     meta.closed_by = producer.clone();
                 }
                 record_producer(meta, producer);
+            }
+            Command::Retain {
+                key,
+                stream_id,
+                offset,
+            } => {
+                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
+                    meta.retained = meta.retained.max(offset);
+                }
             }
             Command::Snapshot {
                 key,
@@ -237,9 +247,19 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
     let json = crate::protocol::content_type::is_json(&meta.content_type);
     let mut extents = Vec::new();
     let mut message_ends = Vec::new();
-    let mut covered = 0;
+    // Data wholly before the retention point may be gone (the cleaner
+    // reclaims it); from there on it must cover the stream without gaps.
+    let mut covered = meta.retained;
     for (start, piece) in pieces.range(..meta.tail) {
-        if *start != covered {
+        if start + piece.len <= meta.retained {
+            continue;
+        }
+        if *start > covered || (extents.is_empty() && *start + piece.len <= covered) {
+            return Err(format!(
+                "data missing between offsets {covered} and {start}"
+            ));
+        }
+        if !extents.is_empty() && *start != covered {
             return Err(format!(
                 "data missing between offsets {covered} and {start}"
             ));
@@ -257,7 +277,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         }
         covered = start + piece.len;
     }
-    if covered != meta.tail {
+    if covered != meta.tail.max(meta.retained) {
         return Err(format!(
             "data ends at {covered}, the stream at {}",
             meta.tail
@@ -296,6 +316,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         visible_closed: meta.closed,
         attrs: meta.attrs,
         snapshot: meta.snapshot,
+        retained: meta.retained,
         content_type: meta.content_type,
     })
 }
@@ -329,6 +350,7 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
         tail: stream.head_tail(),
         attrs: stream.attrs.clone(),
         snapshot: stream.snapshot.clone(),
+        retained: stream.retained,
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Stream {
     pub attrs: Vec<u8>,
     /// The latest visible snapshot (extensions §2).
     pub snapshot: Option<Snapshot>,
+    /// The earliest retained offset (extensions §2.2): reads before it 410.
+    pub retained: u64,
     /// Readers see only what is durable: whether the create is, and how far
     /// data and closure are (`written >= synced >= visible`).
     pub visible: bool,
@@ -86,7 +88,7 @@ impl Stream {
 
     /// Whether `offset` falls on a message boundary (or the start).
     pub fn is_boundary(&self, offset: u64) -> bool {
-        offset == 0 || self.message_ends.binary_search(&offset).is_ok()
+        offset == 0 || offset == self.retained || self.message_ends.binary_search(&offset).is_ok()
     }
 
     /// Index of the first message ending after `offset`.

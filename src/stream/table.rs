@@ -48,6 +48,8 @@ pub struct Applied {
     /// Stream offset and length of the data the command added.
     pub data_start: u64,
     pub data_len: u64,
+    /// A retention point this command set (its data before can go).
+    pub retain: Option<u64>,
 }
 
 /// How to take one applied command back.
@@ -77,6 +79,7 @@ pub struct WriteUndo {
     last_access_ms: u64,
     attrs: Vec<u8>,
     snapshot: Option<crate::stream::Snapshot>,
+    retained: u64,
 }
 
 impl Table {
@@ -223,6 +226,28 @@ impl Table {
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
+            Command::Retain {
+                key,
+                stream_id,
+                offset,
+            } => {
+                let stream = self
+                    .streams
+                    .get_mut(&key)
+                    .expect("retention of a missing stream");
+                assert_eq!(
+                    stream.id, stream_id,
+                    "retention decided on another incarnation"
+                );
+                let undo = WriteUndo::capture(&key, stream, None);
+                stream.retained = offset;
+                let tail = stream.head_tail();
+                let done = Applied {
+                    retain: Some(offset),
+                    ..applied(&key, stream, tail)
+                };
+                (done, Undo::Write(Box::new(undo)))
+            }
             Command::Snapshot {
                 key,
                 stream_id,
@@ -272,6 +297,7 @@ impl Table {
                     closed: false,
                     data_start: 0,
                     data_len: 0,
+                    retain: None,
                 };
                 (
                     done,
@@ -325,6 +351,7 @@ impl Table {
             visible_closed: false,
             attrs,
             snapshot: None,
+            retained: 0,
         };
         push_data(&mut stream, data);
         let done = applied(&key, &stream, 0);
@@ -366,6 +393,9 @@ impl Table {
             return false;
         }
         stream.visible = true;
+        if let Some(offset) = applied.retain {
+            stream.data.drop_before(offset);
+        }
         stream.visible_tail = stream.visible_tail.max(applied.tail);
         stream.visible_closed |= applied.closed;
         if let (Some((segment, pos)), true) = (location, applied.data_len > 0) {
@@ -446,6 +476,7 @@ fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
         closed: stream.closed,
         data_start,
         data_len: tail - data_start,
+        retain: None,
     }
 }
 
@@ -475,12 +506,14 @@ impl WriteUndo {
             last_access_ms: stream.last_access_ms,
             attrs: stream.attrs.clone(),
             snapshot: stream.snapshot.clone(),
+            retained: stream.retained,
         }
     }
 
     fn restore(self, stream: &mut Stream) {
         stream.attrs = self.attrs;
         stream.snapshot = self.snapshot;
+        stream.retained = self.retained;
         stream.data.truncate(self.data_len);
         stream.message_ends.truncate(self.ends_len);
         if let Some((id, previous)) = self.producer {
