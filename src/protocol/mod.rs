@@ -6,6 +6,7 @@
 pub mod append;
 pub mod attrs;
 pub mod batch;
+pub mod bootstrap;
 pub mod buckets;
 pub mod content_type;
 pub mod create;

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, batch, buckets, live, snapshot};
+use super::{Shard, batch, bootstrap, buckets, live, snapshot};
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
@@ -70,6 +70,13 @@ pub async fn handle(
         } if resource == "snapshot" || resource.starts_with("snapshot/") => {
             let at = resource.strip_prefix("snapshot/");
             snapshot::serve(shard, head, &body, &key, &bucket, at).await
+        }
+        Target::StreamExtension {
+            resource,
+            key,
+            bucket,
+        } if resource == "bootstrap" => {
+            return bootstrap::serve(shard, socket, head, &key, &bucket, keep).await;
         }
         Target::StreamExtension {
             resource,

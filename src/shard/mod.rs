@@ -3,6 +3,7 @@
 //! This is the only layer that ties protocol decisions to sockets.
 
 pub mod batch;
+pub mod bootstrap;
 pub mod buckets;
 pub mod cleaner;
 pub mod commit;

@@ -1,0 +1,177 @@
+//! Bootstrap on the owning shard (extensions §3): the response streams as
+//! chunks, part by part; stream bytes are fetched a window at a time (cache
+//! or log), never the whole stream into one buffer.
+
+use std::rc::Rc;
+
+use monoio::net::TcpStream;
+
+use super::Shard;
+use super::conn::{respond, write_bytes};
+use super::store;
+use crate::http::parse::{Method, RequestHead};
+use crate::http::render::{self, Framing};
+use crate::protocol::bootstrap;
+use crate::protocol::response::not_found;
+use crate::protocol::{Request, Response, Surface};
+
+/// Bytes fetched at a time.
+const WINDOW_BYTES: u64 = 1 << 20;
+
+/// What the parts cover, taken when the request starts.
+struct Plan {
+    id: u64,
+    content_type: String,
+    json: bool,
+    snapshot: Option<(crate::stream::Snapshot, std::path::PathBuf)>,
+    start: u64,
+    end: u64,
+    /// Message ends in `(start, end]`.
+    ends: Vec<u64>,
+}
+
+fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
+    let table = shard.table.borrow();
+    let stream = table.get_visible(key)?;
+    let start = stream
+        .snapshot
+        .as_ref()
+        .map_or(stream.retained, |s| s.offset);
+    let end = stream.tail();
+    let first = stream.first_message_after(start);
+    let ends: Vec<u64> = stream.message_ends[first..]
+        .iter()
+        .copied()
+        .take_while(|&e| e <= end)
+        .collect();
+    let dir = shard.segments.dir().join("snapshots");
+    let snapshot = stream.snapshot.clone().map(|s| {
+        let path = dir.join(format!("{:016x}-{:016x}.snap", stream.id, s.offset));
+        (s, path)
+    });
+    let boundary = bootstrap::boundary((shard.next_random(), shard.next_random()));
+    let head = bootstrap::head(stream, &boundary, end);
+    let plan = Plan {
+        id: stream.id,
+        content_type: stream.content_type.clone(),
+        json: stream.json,
+        snapshot,
+        start,
+        end,
+        ends,
+    };
+    Some((plan, head, boundary))
+}
+
+pub async fn serve(
+    shard: &Rc<Shard>,
+    socket: &mut TcpStream,
+    head: &RequestHead,
+    key: &str,
+    bucket: &str,
+    keep: bool,
+) -> bool {
+    if !shard.buckets.borrow().contains_key(bucket) {
+        return respond(socket, not_found("bucket not found"), keep, false).await;
+    }
+    if !matches!(head.method, Method::Get) {
+        let reply = Response::error(405, "method_not_allowed", "bootstrap takes GET")
+            .header("allow", "GET, OPTIONS");
+        return respond(socket, reply, keep, false).await;
+    }
+    let req = Request {
+        head,
+        body: &[],
+        surface: Surface::Bucket,
+        key,
+        now_ms: 0,
+        jitter_seed: 0,
+    };
+    if let Err(reply) = bootstrap::check(&req) {
+        return respond(socket, reply, keep, false).await;
+    }
+    let Some((plan, reply_head, boundary)) = plan(shard, key) else {
+        return respond(socket, not_found("stream not found"), keep, false).await;
+    };
+    let mut out = Vec::new();
+    render::encode(&reply_head, Framing::Chunked, keep, false, &mut out);
+    if !write_bytes(socket, out).await {
+        return false;
+    }
+    let ok = parts(shard, socket, key, &plan, &boundary).await;
+    ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
+}
+
+/// Writes a chunk; false when the client went away.
+async fn send(socket: &mut TcpStream, bytes: &[u8]) -> bool {
+    let mut out = Vec::new();
+    render::chunk(bytes, &mut out);
+    out.is_empty() || write_bytes(socket, out).await
+}
+
+/// The snapshot part, the message parts, the closing delimiter. A part
+/// that contains the boundary (or a failed read) ends the response early,
+/// so the client sees an incomplete entity rather than a forged one.
+async fn parts(
+    shard: &Shard,
+    socket: &mut TcpStream,
+    key: &str,
+    plan: &Plan,
+    boundary: &str,
+) -> bool {
+    let mut out = Vec::new();
+    let first = match &plan.snapshot {
+        Some((snapshot, path)) => {
+            let Ok(blob) = read_file(path, snapshot.len).await else {
+                return false;
+            };
+            bootstrap::part(&mut out, boundary, &snapshot.content_type, &blob)
+        }
+        None => bootstrap::part(&mut out, boundary, "application/octet-stream", b""),
+    };
+    if !first || !send(socket, &out).await {
+        return false;
+    }
+    let mut from = plan.start;
+    let mut next = 0;
+    while next < plan.ends.len() {
+        let mut to_index = next;
+        while to_index + 1 < plan.ends.len() && plan.ends[to_index + 1] - from <= WINDOW_BYTES {
+            to_index += 1;
+        }
+        let to = plan.ends[to_index];
+        let Ok(bytes) = store::fetch(shard, key, plan.id, from, to).await else {
+            return false;
+        };
+        let mut out = Vec::with_capacity(bytes.len() + 128 * (to_index - next + 1));
+        let mut at = from;
+        for &end in &plan.ends[next..=to_index] {
+            let message = &bytes[(at - from) as usize..(end - from) as usize];
+            let body = &message[..if plan.json && message.last() == Some(&b'\n') {
+                message.len() - 1
+            } else {
+                message.len()
+            }];
+            if !bootstrap::part(&mut out, boundary, &plan.content_type, body) {
+                return false;
+            }
+            at = end;
+        }
+        if !send(socket, &out).await {
+            return false;
+        }
+        from = to;
+        next = to_index + 1;
+    }
+    debug_assert!(from <= plan.end);
+    let mut out = Vec::new();
+    bootstrap::close(&mut out, boundary);
+    send(socket, &out).await
+}
+
+async fn read_file(path: &std::path::Path, len: u64) -> std::io::Result<Vec<u8>> {
+    let file = monoio::fs::File::open(path).await?;
+    let (result, buf) = file.read_exact_at(vec![0u8; len as usize], 0).await;
+    result?;
+    Ok(buf)
+}

@@ -1,0 +1,160 @@
+//! Bootstrap (extensions §3) against the real binary: snapshot part (or
+//! the empty octet-stream part and offset -1), then one part per retained
+//! message, byte-exact, with a boundary no payload can forge.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Conn, Server, req};
+
+const BUCKET: &str = "boot";
+
+/// Reads a chunked response to its end.
+fn get_bootstrap(s: &Server, path: &str) -> (common::Response, Vec<u8>) {
+    let mut conn = Conn::open(s.addr);
+    conn.send_raw(&common::build_request(
+        &s.addr,
+        "GET",
+        &format!("{path}/bootstrap"),
+        &[],
+        b"",
+    ));
+    let head = conn.read_head();
+    let body = match head.status {
+        200 => conn.read_chunked_until(b"--\r\n", Duration::from_secs(10)),
+        _ => Vec::new(),
+    };
+    (head, body)
+}
+
+/// Splits a multipart body into (content type, body) parts.
+fn parse(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
+    let delimiter = format!("--{boundary}").into_bytes();
+    let mut parts = Vec::new();
+    let mut rest = body;
+    loop {
+        assert!(rest.starts_with(&delimiter), "expected a delimiter");
+        rest = &rest[delimiter.len()..];
+        if rest.starts_with(b"--") {
+            return parts;
+        }
+        rest = rest
+            .strip_prefix(b"\r\n")
+            .expect("CRLF after the delimiter");
+        let headers_end = common::find(rest, b"\r\n\r\n").expect("part headers");
+        let headers = String::from_utf8(rest[..headers_end].to_vec()).unwrap();
+        let content_type = headers.strip_prefix("Content-Type: ").unwrap().to_string();
+        rest = &rest[headers_end + 4..];
+        let mut close = delimiter.clone();
+        close.splice(0..0, *b"\r\n");
+        let end = common::find(rest, &close).expect("a closing delimiter");
+        parts.push((content_type, rest[..end].to_vec()));
+        rest = &rest[end + 2..];
+    }
+}
+
+fn boundary_of(head: &common::Response) -> String {
+    let ct = head.header("content-type").unwrap();
+    ct.strip_prefix("multipart/mixed; boundary=")
+        .expect("multipart/mixed")
+        .to_string()
+}
+
+#[test]
+fn snapshot_then_messages_byte_exact() {
+    let s = Server::start(&["--cores", "2"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/bin");
+    let octet = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", &path, &octet, b"").status, 201);
+    // No snapshot yet: an empty octet-stream part and offset -1.
+    let evil = b"x\r\n--rill-bootstrap-0000\r\nContent-Type: evil\r\n\r\n\x00\xff".to_vec();
+    let payloads: Vec<Vec<u8>> = vec![b"one".to_vec(), evil, (0..=255u8).collect()];
+    let mut offsets = Vec::new();
+    for p in &payloads {
+        let r = req(s.addr, "POST", &path, &octet, p);
+        assert_eq!(r.status, 204);
+        offsets.push(r.header("stream-next-offset").unwrap().to_string());
+    }
+    let (head, body) = get_bootstrap(&s, &path);
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("stream-snapshot-offset"), Some("-1"));
+    assert_eq!(head.header("stream-next-offset"), Some(offsets[2].as_str()));
+    let parts = parse(&body, &boundary_of(&head));
+    assert_eq!(parts.len(), 4);
+    assert_eq!(
+        parts[0],
+        ("application/octet-stream".to_string(), Vec::new())
+    );
+    for (part, payload) in parts[1..].iter().zip(&payloads) {
+        assert_eq!(&part.1, payload, "byte-exact part");
+        assert_eq!(part.0, "application/octet-stream");
+    }
+    // With a snapshot after the first message: snapshot part, then the rest.
+    let snap = [("Content-Type", "application/x-state")];
+    let at = &offsets[0];
+    assert_eq!(
+        req(
+            s.addr,
+            "PUT",
+            &format!("{path}/snapshot/{at}"),
+            &snap,
+            b"STATE"
+        )
+        .status,
+        204
+    );
+    let (head, body) = get_bootstrap(&s, &path);
+    assert_eq!(head.header("stream-snapshot-offset"), Some(at.as_str()));
+    let parts = parse(&body, &boundary_of(&head));
+    assert_eq!(parts.len(), 3);
+    assert_eq!(
+        parts[0],
+        ("application/x-state".to_string(), b"STATE".to_vec())
+    );
+    assert_eq!(parts[1].1, payloads[1]);
+    assert_eq!(parts[2].1, payloads[2]);
+}
+
+#[test]
+fn json_messages_and_request_rules() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/doc");
+    let json = [("Content-Type", "application/json")];
+    assert_eq!(
+        req(s.addr, "PUT", &path, &json, br#"[{"a":1},{"b":2}]"#).status,
+        201
+    );
+    let (head, body) = get_bootstrap(&s, &path);
+    let parts = parse(&body, &boundary_of(&head));
+    let bodies: Vec<&[u8]> = parts[1..].iter().map(|p| p.1.as_slice()).collect();
+    assert_eq!(bodies, [&br#"{"a":1}"#[..], br#"{"b":2}"#]);
+    assert!(parts[1..].iter().all(|p| p.0 == "application/json"));
+    let live = req(
+        s.addr,
+        "GET",
+        &format!("{path}/bootstrap?live=sse"),
+        &[],
+        b"",
+    );
+    assert_eq!(live.status, 400);
+    assert_eq!(
+        req(
+            s.addr,
+            "GET",
+            &format!("/{BUCKET}/missing/bootstrap"),
+            &[],
+            b""
+        )
+        .status,
+        404
+    );
+}
