@@ -24,6 +24,8 @@ enum Kind {
     Json,
     /// Text with idempotent-producer headers.
     Producer,
+    /// Text appended three frames at a time through append-batch.
+    Batch,
 }
 
 struct Writer {
@@ -44,7 +46,7 @@ struct Round {
 fn content_type(kind: Kind) -> &'static str {
     match kind {
         Kind::Binary => "application/octet-stream",
-        Kind::Text | Kind::Producer => "text/plain",
+        Kind::Text | Kind::Producer | Kind::Batch => "text/plain",
         Kind::Json => "application/json",
     }
 }
@@ -58,7 +60,7 @@ fn payload(kind: Kind, round: usize, writer: usize, i: usize) -> Vec<u8> {
             p.extend((0..=255u8).cycle().skip(i % 256).take(pad));
             p
         }
-        Kind::Text | Kind::Producer => {
+        Kind::Text | Kind::Producer | Kind::Batch => {
             format!("<r{round} w{writer} i{i} {}>", "t".repeat(pad)).into_bytes()
         }
         Kind::Json => format!(
@@ -102,6 +104,15 @@ fn write_round(
             ]);
         }
         out.in_flight = Some(body.clone());
+        if w.kind == Kind::Batch {
+            let Some(next) = append_batch(&mut conn, &w.path, &body) else {
+                break;
+            };
+            out.acked.push((body, next));
+            out.in_flight = None;
+            i += 1;
+            continue;
+        }
         let Ok(r) = conn.try_request("POST", &w.path, &headers, &body) else {
             break;
         };
@@ -124,6 +135,35 @@ fn write_round(
         i += 1;
     }
     out
+}
+
+/// Posts `body` as three append-batch frames; the offset after the last
+/// frame, or `None` when the connection died.
+fn append_batch(conn: &mut Conn, path: &str, body: &[u8]) -> Option<String> {
+    let third = body.len() / 3;
+    let mut framed = Vec::new();
+    for frame in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
+        framed.extend_from_slice(&(frame.len() as u32).to_be_bytes());
+        framed.extend_from_slice(frame);
+    }
+    let r = conn
+        .try_request(
+            "POST",
+            &format!("{path}/append-batch"),
+            &[("Content-Type", "text/plain")],
+            &framed,
+        )
+        .ok()?;
+    assert_eq!(r.status, 200, "append-batch to {path}: {}", r.text());
+    let acks: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let acks = acks.as_array().unwrap();
+    assert!(acks.iter().all(|a| a["status"] == 204), "{acks:?}");
+    Some(
+        acks.last().unwrap()["stream_next_offset"]
+            .as_str()
+            .unwrap()
+            .to_string(),
+    )
 }
 
 /// The whole stream, paging with Stream-Next-Offset.
@@ -198,6 +238,7 @@ fn create_streams(s: &Server) -> Vec<Writer> {
         Kind::Producer,
         Kind::Binary,
         Kind::Text,
+        Kind::Batch,
     ];
     kinds
         .iter()
@@ -205,6 +246,7 @@ fn create_streams(s: &Server) -> Vec<Writer> {
         .map(|(i, &kind)| {
             let path = match kind {
                 Kind::Json => format!("/{BUCKET}/json-{i}"),
+                Kind::Batch => format!("/{BUCKET}/batch-{i}"),
                 _ => format!("/v1/stream/crash-{i}"),
             };
             let r = req(
