@@ -277,3 +277,54 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
         b"{\"op\":2}\n{\"op\":3}\n"
     );
 }
+
+/// The snapshot blob files under every shard of `s`'s data dir.
+fn blob_files(s: &Server) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for shard in std::fs::read_dir(&s.data_dir).unwrap().flatten() {
+        if let Ok(blobs) = std::fs::read_dir(shard.path().join("snapshots")) {
+            files.extend(blobs.flatten().map(|b| b.path()));
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn blobs_of_deleted_streams_are_swept_while_running() {
+    let s = Server::start(&["--cores", "1", "--clean-interval-ms", "50"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let json = [("Content-Type", "application/json")];
+    let publish = |path: &str, body: &[u8]| {
+        assert_eq!(req(s.addr, "PUT", path, &json, b"").status, 201);
+        let at = offset_after(&s, path, br#"{"op":1}"#);
+        let r = req(s.addr, "PUT", &format!("{path}/snapshot/{at}"), &json, body);
+        assert_eq!(r.status, 204, "{}", r.text());
+        at
+    };
+    let gone = format!("/{BUCKET}/gone");
+    let kept = format!("/{BUCKET}/kept");
+    publish(&gone, br#"{"doomed":true}"#);
+    let kept_at = publish(&kept, br#"{"kept":true}"#);
+    assert_eq!(blob_files(&s).len(), 2);
+    assert_eq!(req(s.addr, "DELETE", &gone, &[], b"").status, 204);
+    // The cleaner pass runs every 50 ms; wait for the sweep, not a duration.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while blob_files(&s).len() > 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(blob_files(&s).len(), 1, "the deleted stream's blob stays");
+    // The live stream's snapshot is untouched by the sweeps.
+    let r = req(
+        s.addr,
+        "GET",
+        &format!("{kept}/snapshot/{kept_at}"),
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, br#"{"kept":true}"#);
+}

@@ -10,6 +10,8 @@
 //! - its stream deletes and bucket records, when an older segment remains
 //!   (there they would otherwise resurrect what they removed).
 //!
+//! Each pass also sweeps snapshot blobs no stream refers to any more.
+//!
 //! Crash safety: the segment is removed only after the copies are durable;
 //! recovery reads both copies the same way (data is placed by incarnation
 //! and offset, the later IMAGE wins), so a crash at any point is harmless.
@@ -34,6 +36,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let interval = Duration::from_millis(shard.config.clean_interval_ms);
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
+        super::snapshot::sweep_shard(&shard);
         while let Some(victim) = choose_victim(&shard, &storage) {
             match clean(&shard, &storage, victim).await {
                 Ok(()) => eprintln!("rill: shard {}: cleaned segment {victim}", shard.index),

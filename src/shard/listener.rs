@@ -127,7 +127,7 @@ pub fn run_shard(
         monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
         drop_foreign_streams(&shard).await;
-        snapshot::sweep(shard.segments.dir(), &shard.table.borrow());
+        snapshot::sweep_shard(&shard);
         for (bucket, created_at_ms) in ready.missing {
             if let Err(e) = shard
                 .submit_bucket(Entry::BucketCreate {

@@ -21,7 +21,8 @@ pub mod store;
 pub mod writer;
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -48,6 +49,9 @@ pub struct Shard {
     pub segments: store::Segments,
     /// The segment the log appends to (the cleaner leaves it alone).
     pub head_segment: Cell<u64>,
+    /// Snapshot blobs written whose SNAPSHOT record is not committed yet:
+    /// the blob sweep must leave them alone.
+    pub pending_blobs: RefCell<HashSet<PathBuf>>,
     jitter: Cell<u64>,
 }
 
@@ -72,6 +76,7 @@ impl Shard {
             commits: Commits::new(next_seq),
             segments,
             head_segment: Cell::new(0),
+            pending_blobs: RefCell::new(HashSet::new()),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }

@@ -1,7 +1,9 @@
 //! Snapshots on the owning shard (extensions §2): the blob is written to a
 //! file of its own and synced (through io_uring) before the SNAPSHOT record
 //! that makes it visible is committed; a superseded blob is removed once
-//! its successor is committed, and orphans are swept at startup. Publishing
+//! its successor is committed, and blobs no stream refers to any more
+//! (deleted, expired or recreated streams) are swept at startup and on
+//! every cleaner pass, except blobs whose publish is in flight. Publishing
 //! never blocks appends: only the blob write awaits.
 
 use std::path::{Path, PathBuf};
@@ -141,6 +143,7 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: &str) -> Response {
     };
     let dir = blob_dir(shard);
     let path = blob_path(&dir, id, snap.offset);
+    let _pending = PendingBlob::new(shard, &path);
     if let Err(e) = write_blob(&dir, &path, req.body).await {
         return unavailable(&e);
     }
@@ -216,9 +219,37 @@ fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapsho
     }
 }
 
-/// Removes blobs no stream refers to (crashes between blob and record,
-/// deleted streams). Runs once at startup.
-pub fn sweep(dir: &Path, table: &Table) {
+/// Marks a blob as in flight until its publish ends (committed, failed or
+/// dropped with its connection), so that [`sweep`] spares it meanwhile.
+struct PendingBlob<'a> {
+    shard: &'a Shard,
+    path: PathBuf,
+}
+
+impl<'a> PendingBlob<'a> {
+    fn new(shard: &'a Shard, path: &Path) -> Self {
+        shard.pending_blobs.borrow_mut().insert(path.to_path_buf());
+        Self {
+            shard,
+            path: path.to_path_buf(),
+        }
+    }
+}
+
+impl Drop for PendingBlob<'_> {
+    fn drop(&mut self) {
+        self.shard.pending_blobs.borrow_mut().remove(&self.path);
+    }
+}
+
+/// Removes the blobs no stream refers to (crashes between blob and record,
+/// deleted, expired or recreated streams), sparing publishes in flight.
+pub fn sweep_shard(shard: &Shard) {
+    let pending = shard.pending_blobs.borrow();
+    sweep(shard.segments.dir(), &shard.table.borrow(), &pending);
+}
+
+fn sweep(dir: &Path, table: &Table, pending: &std::collections::HashSet<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir.join("snapshots")) else {
         return;
     };
@@ -232,7 +263,7 @@ pub fn sweep(dir: &Path, table: &Table) {
         .collect();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !live.contains(&name) {
+        if !live.contains(&name) && !pending.contains(&entry.path()) {
             let _ = std::fs::remove_file(entry.path());
         }
     }
