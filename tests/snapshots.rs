@@ -1,6 +1,7 @@
 //! Snapshots (extensions §2) against the real binary: publish rules,
 //! idempotency by digest, Stream-Snapshot-Match, latest redirect, read,
-//! delete rules, HEAD metadata, size limit, and survival across restart.
+//! delete rules, HEAD metadata, size limit, survival across restart and
+//! SIGKILL mid-publish, and the sweep of blobs no stream refers to.
 
 mod common;
 
@@ -327,4 +328,70 @@ fn blobs_of_deleted_streams_are_swept_while_running() {
     );
     assert_eq!(r.status, 200);
     assert_eq!(r.body, br#"{"kept":true}"#);
+}
+
+/// Appends an op and publishes `state-{n}` at the offset after it, for
+/// n = start.. until the server goes away; returns the last acknowledged
+/// publish and the next n.
+fn publish_until_gone(addr: std::net::SocketAddr, path: &str, start: u64) -> (Option<u64>, u64) {
+    let mut conn = common::Conn::open(addr);
+    let json = [("Content-Type", "application/json")];
+    let mut acked = None;
+    for n in start.. {
+        let op = format!(r#"{{"op":{n}}}"#);
+        let Ok(r) = conn.try_request("POST", path, &json, op.as_bytes()) else {
+            return (acked, n);
+        };
+        let Some(at) = r.header("stream-next-offset").filter(|_| r.status == 204) else {
+            return (acked, n);
+        };
+        let state = format!("state-{n}");
+        let put = conn.try_request(
+            "PUT",
+            &format!("{path}/snapshot/{at}"),
+            &[],
+            state.as_bytes(),
+        );
+        match put {
+            Ok(r) if r.status == 204 => acked = Some(n),
+            _ => return (acked, n),
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn sigkill_during_publishes_keeps_a_readable_latest_snapshot() {
+    let mut s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/crashy");
+    let json = [("Content-Type", "application/json")];
+    assert_eq!(req(s.addr, "PUT", &path, &json, b"").status, 201);
+    let mut next = 0;
+    let mut newest_acked = None;
+    for round in 0..4u64 {
+        let (addr, p) = (s.addr, path.clone());
+        let worker = std::thread::spawn(move || publish_until_gone(addr, &p, next));
+        std::thread::sleep(std::time::Duration::from_millis(60 + 40 * round));
+        s.restart();
+        let (acked, n) = worker.join().unwrap();
+        newest_acked = acked.or(newest_acked);
+        next = n + 1;
+        let Some(newest) = newest_acked else { continue };
+        let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
+        assert_eq!(latest.status, 307, "round {round}: {}", latest.text());
+        let location = latest.header("location").unwrap().to_string();
+        let read = req(s.addr, "GET", &location, &[], b"");
+        assert_eq!(read.status, 200, "round {round}: {}", read.text());
+        let text = read.text();
+        let k: u64 = text.strip_prefix("state-").unwrap().parse().unwrap();
+        assert!(
+            k >= newest,
+            "round {round}: state-{k} older than acked {newest}"
+        );
+    }
+    assert!(newest_acked.is_some(), "no publish was acknowledged");
 }
