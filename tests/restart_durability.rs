@@ -1,0 +1,233 @@
+//! Restart tests of the real `rill` binary, continued: offsets read back the
+//! same bytes after restarts; the `interval` fsync policy keeps what it
+//! acknowledged across a clean stop and a kill after the interval; another
+//! `--cores` re-shards every stream; a data dir is refused while another
+//! server holds it.
+
+mod common;
+mod restart_helpers;
+
+use std::thread;
+use std::time::Duration;
+
+use common::{Conn, Server, req};
+
+use restart_helpers::*;
+
+// ---- 2. offsets are stable -------------------------------------------------------
+
+struct Tracked {
+    path: String,
+    ct: &'static str,
+    content: Vec<u8>,
+    /// Every offset the server returned, with the content length it marks.
+    offsets: Vec<(String, usize)>,
+}
+
+fn chunk(stream: usize, i: usize) -> Vec<u8> {
+    let len = 1 + (i * 7919 + stream * 104_729) % 12_000;
+    let mut v = format!("<s{stream} i{i}>").into_bytes();
+    v.extend((0..=255u8).cycle().skip(i + stream).take(len));
+    v
+}
+
+fn check_offsets(s: &Server, streams: &[Tracked]) {
+    for t in streams {
+        for (off, pos) in &t.offsets {
+            let got = read_from(s, &t.path, off);
+            assert!(
+                got == t.content[*pos..],
+                "{}: reading from {off} gave {} bytes, expected the {} bytes after position {pos}",
+                t.path,
+                got.len(),
+                t.content.len() - pos
+            );
+        }
+    }
+}
+
+fn append_round(s: &Server, streams: &mut [Tracked], rounds: std::ops::Range<usize>) {
+    let mut c = Conn::open(s.addr);
+    for i in rounds {
+        for (n, t) in streams.iter_mut().enumerate() {
+            let body = chunk(n, i);
+            let next = append(&mut c, &t.path, t.ct, &body);
+            t.content.extend_from_slice(&body);
+            t.offsets.push((next, t.content.len()));
+        }
+    }
+}
+
+#[test]
+fn offsets_read_back_the_same_bytes_after_restart() {
+    // Small segments so the logs roll over several segment files.
+    let mut s = start2(&["--max-body-bytes", "65536", "--segment-bytes", "131072"]);
+    put(&s, "/offsets", &[], b"");
+    let mut streams: Vec<Tracked> = (0..6)
+        .map(|n| {
+            let (path, ct) = if n % 3 == 2 {
+                (format!("/offsets/s{n}"), TEXT)
+            } else {
+                (format!("/v1/stream/offsets-{n}"), OCTET)
+            };
+            let r = put(&s, &path, &[("Content-Type", ct)], b"");
+            Tracked {
+                path,
+                ct,
+                content: Vec::new(),
+                offsets: vec![(next_offset(&r), 0)],
+            }
+        })
+        .collect();
+    append_round(&s, &mut streams, 0..20);
+    let before: Vec<Vec<u8>> = streams
+        .iter()
+        .map(|t| read_from(&s, &t.path, "-1"))
+        .collect();
+    for (t, b) in streams.iter().zip(&before) {
+        assert_eq!(&t.content, b, "{} before the restart", t.path);
+    }
+
+    restart(&mut s, Restart::Kill);
+    check_offsets(&s, &streams);
+    // The tail offset is still the tail, and appends continue from it.
+    for t in &streams {
+        let r = get(&s, &t.path, &t.offsets.last().unwrap().0);
+        expect(&r, 200, "read at the tail");
+        assert!(r.body.is_empty(), "{}: data past the tail", t.path);
+        assert_eq!(r.header("stream-up-to-date"), Some("true"));
+        assert_eq!(next_offset(&r), t.offsets.last().unwrap().0);
+    }
+    append_round(&s, &mut streams, 20..23);
+
+    restart(&mut s, Restart::Term);
+    check_offsets(&s, &streams);
+}
+
+// ---- 3. fsync interval -------------------------------------------------------------
+
+#[test]
+fn fsync_interval_keeps_acknowledged_data_across_restarts() {
+    let mut s = start2(&["--fsync", "interval:200"]);
+    put(&s, "/lazy", &[], b"");
+    let paths = [
+        "/v1/stream/lazy-0",
+        "/v1/stream/lazy-1",
+        "/lazy/s0",
+        "/lazy/s1",
+    ];
+    let mut content = vec![Vec::new(); paths.len()];
+    for p in paths {
+        put(&s, p, &[("Content-Type", OCTET)], b"");
+    }
+    let write = |s: &Server, content: &mut Vec<Vec<u8>>, round: usize| {
+        let mut c = Conn::open(s.addr);
+        for i in 0..40 {
+            for (n, p) in paths.iter().enumerate() {
+                let body = chunk(n, round * 1000 + i);
+                append(&mut c, p, OCTET, &body[..body.len().min(3000)]);
+                content[n].extend_from_slice(&body[..body.len().min(3000)]);
+            }
+        }
+    };
+    let verify = |s: &Server, content: &[Vec<u8>], what: &str| {
+        for (p, want) in paths.iter().zip(content) {
+            let got = read_from(s, p, "-1");
+            assert!(
+                &got == want,
+                "{p} after {what}: {} bytes, {} acknowledged",
+                got.len(),
+                want.len()
+            );
+        }
+    };
+
+    write(&s, &mut content, 0);
+    restart(&mut s, Restart::Term);
+    verify(&s, &content, "a SIGTERM restart");
+
+    write(&s, &mut content, 1);
+    thread::sleep(Duration::from_millis(500));
+    restart(&mut s, Restart::Kill);
+    verify(&s, &content, "500 ms then a SIGKILL restart");
+}
+
+// ---- 4. another shard count ------------------------------------------------------
+
+#[test]
+fn other_core_counts_reshard_and_keep_every_stream() {
+    let mut s = start2(&[]);
+    put(&s, "/shards", &[], b"");
+    let paths: Vec<String> = (0..12)
+        .map(|i| match i % 2 {
+            0 => format!("/v1/stream/shard-{i}"),
+            _ => format!("/shards/s{i}"),
+        })
+        .collect();
+    let mut expected: Vec<Vec<u8>> = Vec::new();
+    for (i, p) in paths.iter().enumerate() {
+        put(
+            &s,
+            p,
+            &[("Content-Type", TEXT)],
+            format!("data {i}").as_bytes(),
+        );
+        expected.push(format!("data {i}").into_bytes());
+    }
+    // Each core count in turn: every stream readable and writable, the
+    // bucket still there; SIGTERM and SIGKILL both before re-sharding.
+    for (round, cores) in ["1", "3", "2", "4", "2"].iter().enumerate() {
+        match round % 2 {
+            0 => stop(&mut s, Restart::Term),
+            _ => s.kill(),
+        }
+        s.restart_with(&["--cores", cores]);
+        assert!(
+            s.stderr().contains(&format!("shards={cores}")),
+            "{}",
+            s.stderr()
+        );
+        assert_eq!(
+            req(s.addr, "GET", "/shards", &[], b"").status,
+            200,
+            "bucket lost at --cores {cores}"
+        );
+        for (i, p) in paths.iter().enumerate() {
+            assert_eq!(
+                read_from(&s, p, "-1"),
+                expected[i],
+                "{p} at --cores {cores}"
+            );
+            let mut c = Conn::open(s.addr);
+            let more = format!(" +{cores}");
+            append(&mut c, p, TEXT, more.as_bytes());
+            expected[i].extend_from_slice(more.as_bytes());
+            assert_eq!(
+                read_from(&s, p, "-1"),
+                expected[i],
+                "{p} after appending at --cores {cores}"
+            );
+        }
+    }
+}
+
+// ---- 5. one server per data dir --------------------------------------------------
+
+#[test]
+fn second_server_on_the_same_data_dir_is_refused() {
+    let s = start2(&[]);
+    put(&s, "/v1/stream/mine", &[("Content-Type", TEXT)], b"first");
+    let (code, out) = run_rill(&s.data_dir, &["--cores", "2"], Duration::from_secs(5));
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "a second server on the same data dir must exit nonzero, got {code:?}: {out}"
+    );
+    assert!(
+        out.contains("in use"),
+        "the message must say the data dir is in use: {out}"
+    );
+    // The first server is unaffected.
+    let mut c = Conn::open(s.addr);
+    append(&mut c, "/v1/stream/mine", TEXT, b" second");
+    assert_eq!(read_from(&s, "/v1/stream/mine", "-1"), b"first second");
+}
