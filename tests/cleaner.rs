@@ -29,6 +29,21 @@ fn log_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// One shard with small segments, cleaning every `interval_ms`.
+fn start_cleaning(interval_ms: &str) -> Server {
+    let segment = SEGMENT.to_string();
+    Server::start(&[
+        "--cores",
+        "1",
+        "--segment-bytes",
+        &segment,
+        "--max-body-bytes",
+        "65536",
+        "--clean-interval-ms",
+        interval_ms,
+    ])
+}
+
 fn fill(s: &Server, path: &str, bytes: usize) -> Vec<u8> {
     assert_eq!(
         req(
@@ -86,17 +101,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn deleted_data_is_reclaimed_and_live_data_survives() {
-    let segment = SEGMENT.to_string();
-    let mut s = Server::start(&[
-        "--cores",
-        "1",
-        "--segment-bytes",
-        &segment,
-        "--max-body-bytes",
-        "65536",
-        "--clean-interval-ms",
-        "200",
-    ]);
+    let mut s = start_cleaning("200");
     let baseline = log_bytes(&s.data_dir);
     // A live stream written between the doomed ones: its bytes share their
     // segments and must be moved, not lost.
@@ -170,17 +175,7 @@ fn fill_more(s: &Server, path: &str, round: usize) -> Vec<u8> {
 
 #[test]
 fn sigkill_while_cleaning_loses_nothing() {
-    let segment = SEGMENT.to_string();
-    let mut s = Server::start(&[
-        "--cores",
-        "1",
-        "--segment-bytes",
-        &segment,
-        "--max-body-bytes",
-        "65536",
-        "--clean-interval-ms",
-        "50",
-    ]);
+    let mut s = start_cleaning("50");
     let mut keep = fill(&s, "/v1/stream/keep", 50_000);
     for round in 0..4 {
         for i in 0..3 {
@@ -201,17 +196,7 @@ fn sigkill_while_cleaning_loses_nothing() {
 
 #[test]
 fn retained_away_data_is_reclaimed() {
-    let segment = SEGMENT.to_string();
-    let mut s = Server::start(&[
-        "--cores",
-        "1",
-        "--segment-bytes",
-        &segment,
-        "--max-body-bytes",
-        "65536",
-        "--clean-interval-ms",
-        "200",
-    ]);
+    let mut s = start_cleaning("200");
     let baseline = log_bytes(&s.data_dir);
     assert_eq!(req(s.addr, "PUT", "/retained", &[], b"").status, 201);
     let path = "/retained/log";

@@ -9,6 +9,16 @@ use common::{Server, req};
 
 const BUCKET: &str = "snaps";
 
+/// A server with [`BUCKET`] created.
+fn start_with_bucket(args: &[&str]) -> Server {
+    let s = Server::start(args);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    s
+}
+
 fn offset_after(s: &Server, path: &str, body: &[u8]) -> String {
     let r = req(
         s.addr,
@@ -23,11 +33,7 @@ fn offset_after(s: &Server, path: &str, body: &[u8]) -> String {
 
 #[test]
 fn publish_read_replace_and_restart() {
-    let mut s = Server::start(&["--cores", "2", "--max-snapshot-bytes", "4096"]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
+    let mut s = start_with_bucket(&["--cores", "2", "--max-snapshot-bytes", "4096"]);
     let path = format!("/{BUCKET}/doc");
     assert_eq!(
         req(
@@ -160,11 +166,7 @@ fn publish_read_replace_and_restart() {
 
 #[test]
 fn missing_streams_and_methods() {
-    let s = Server::start(&["--cores", "1"]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
+    let s = start_with_bucket(&["--cores", "1"]);
     let zero = rill::protocol::offset::format(0);
     assert_eq!(
         req(
@@ -196,7 +198,7 @@ fn missing_streams_and_methods() {
 
 #[test]
 fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
-    let mut s = Server::start(&[
+    let mut s = start_with_bucket(&[
         "--cores",
         "2",
         "--segment-bytes",
@@ -204,10 +206,6 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
         "--max-body-bytes",
         "65536",
     ]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
     let path = format!("/{BUCKET}/kept");
     assert_eq!(
         req(
@@ -293,11 +291,7 @@ fn blob_files(s: &Server) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn blobs_of_deleted_streams_are_swept_while_running() {
-    let s = Server::start(&["--cores", "1", "--clean-interval-ms", "50"]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
+    let s = start_with_bucket(&["--cores", "1", "--clean-interval-ms", "50"]);
     let json = [("Content-Type", "application/json")];
     let publish = |path: &str, body: &[u8]| {
         assert_eq!(req(s.addr, "PUT", path, &json, b"").status, 201);
@@ -372,27 +366,34 @@ fn publish_until_gone(
     unreachable!()
 }
 
-#[test]
-fn sigkill_during_publishes_keeps_a_readable_latest_snapshot() {
-    let mut s = Server::start(&["--cores", "1"]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
-    let path = format!("/{BUCKET}/crashy");
+/// Four rounds of [`publish_until_gone`] on a new JSON stream `path`, each
+/// ended by a SIGKILL and restart; after each restart, once any round was
+/// acknowledged, `check(server, round, newest acknowledged n)` runs.
+fn publish_through_kills(path: &str, retain: bool, mut check: impl FnMut(&Server, u64, u64)) {
+    let mut s = start_with_bucket(&["--cores", "1"]);
     let json = [("Content-Type", "application/json")];
-    assert_eq!(req(s.addr, "PUT", &path, &json, b"").status, 201);
+    assert_eq!(req(s.addr, "PUT", path, &json, b"").status, 201);
     let mut next = 0;
     let mut newest_acked = None;
     for round in 0..4u64 {
-        let (addr, p) = (s.addr, path.clone());
-        let worker = std::thread::spawn(move || publish_until_gone(addr, &p, next, false));
+        let (addr, p) = (s.addr, path.to_string());
+        let worker = std::thread::spawn(move || publish_until_gone(addr, &p, next, retain));
         std::thread::sleep(std::time::Duration::from_millis(60 + 40 * round));
         s.restart();
         let (acked, n) = worker.join().unwrap();
         newest_acked = acked.or(newest_acked);
         next = n + 1;
-        let Some(newest) = newest_acked else { continue };
+        if let Some(newest) = newest_acked {
+            check(&s, round, newest);
+        }
+    }
+    assert!(newest_acked.is_some(), "nothing was acknowledged");
+}
+
+#[test]
+fn sigkill_during_publishes_keeps_a_readable_latest_snapshot() {
+    let path = format!("/{BUCKET}/crashy");
+    publish_through_kills(&path, false, |s, round, newest| {
         let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
         assert_eq!(latest.status, 307, "round {round}: {}", latest.text());
         let location = latest.header("location").unwrap().to_string();
@@ -404,32 +405,14 @@ fn sigkill_during_publishes_keeps_a_readable_latest_snapshot() {
             k >= newest,
             "round {round}: state-{k} older than acked {newest}"
         );
-    }
-    assert!(newest_acked.is_some(), "no publish was acknowledged");
+    });
 }
 
 #[test]
 fn sigkill_during_retention_keeps_retained_data_contiguous() {
-    let mut s = Server::start(&["--cores", "1"]);
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
-        201
-    );
     let path = format!("/{BUCKET}/trimmed");
-    let json = [("Content-Type", "application/json")];
-    assert_eq!(req(s.addr, "PUT", &path, &json, b"").status, 201);
     let zero = format!("{path}?offset={}", rill::protocol::offset::format(0));
-    let mut next = 0;
-    let mut newest_acked = None;
-    for round in 0..4u64 {
-        let (addr, p) = (s.addr, path.clone());
-        let worker = std::thread::spawn(move || publish_until_gone(addr, &p, next, true));
-        std::thread::sleep(std::time::Duration::from_millis(60 + 40 * round));
-        s.restart();
-        let (acked, n) = worker.join().unwrap();
-        newest_acked = acked.or(newest_acked);
-        next = n + 1;
-        let Some(newest) = newest_acked else { continue };
+    publish_through_kills(&path, true, |s, round, newest| {
         assert_eq!(req(s.addr, "GET", &zero, &[], b"").status, 410);
         // From -1: the ops after the retained offset, contiguous; retention
         // never went back before the last acknowledged move.
@@ -456,6 +439,5 @@ fn sigkill_during_retention_keeps_retained_data_contiguous() {
             ops.windows(2).all(|w| w[1] == w[0] + 1 || w[1] == w[0] + 2),
             "round {round}: ops out of order: {ops:?}"
         );
-    }
-    assert!(newest_acked.is_some(), "no retention move was acknowledged");
+    });
 }
