@@ -5,11 +5,10 @@
 use std::rc::Rc;
 
 use super::Shard;
-use crate::clock;
 use crate::http::parse::RequestHead;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
-use crate::protocol::{self, Request, Response, Surface};
+use crate::protocol::{Request, Response, Surface};
 
 pub async fn serve(
     shard: &Rc<Shard>,
@@ -21,11 +20,7 @@ pub async fn serve(
     if !shard.buckets.borrow().contains_key(bucket) {
         return not_found("bucket not found");
     }
-    let now_ms = clock::now_ms();
-    let expired = protocol::reap_expired(&shard.table.borrow(), key, now_ms);
-    if let Some(command) = expired {
-        drop(shard.submit(vec![command]));
-    }
+    let now_ms = shard.reap_if_expired(key);
     let req = Request {
         head,
         body,

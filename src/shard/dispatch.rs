@@ -8,7 +8,6 @@ use monoio::net::TcpStream;
 
 use super::conn::respond;
 use super::{Shard, batch, bootstrap, buckets, live, snapshot};
-use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
@@ -148,12 +147,7 @@ async fn stream_request(
     {
         return respond(socket, reply, keep, is_head).await;
     }
-    let now_ms = clock::now_ms();
-    let expired = protocol::reap_expired(&shard.table.borrow(), sr.key, now_ms);
-    if let Some(command) = expired {
-        // Not awaited: whatever this request answers waits for it below.
-        drop(shard.submit(vec![command]));
-    }
+    let now_ms = shard.reap_if_expired(sr.key);
     let req = Request {
         head: sr.head,
         body: sr.body,

@@ -110,6 +110,18 @@ impl Shard {
 
     /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
     /// writes are then refused with 503 rather than queued without bound.
+    /// Submits the delete of `key` if its TTL or Expires-At has passed, and
+    /// returns the time the request is decided at. Not awaited: whatever the
+    /// request answers is committed after it.
+    pub fn reap_if_expired(&self, key: &str) -> u64 {
+        let now_ms = crate::clock::now_ms();
+        let expired = crate::protocol::reap_expired(&self.table.borrow(), key, now_ms);
+        if let Some(command) = expired {
+            drop(self.submit(vec![command]));
+        }
+        now_ms
+    }
+
     pub fn commit_queue_full(&self) -> bool {
         self.commits.queued_bytes() >= self.config.max_commit_queue_bytes
     }
