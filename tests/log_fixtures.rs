@@ -154,6 +154,7 @@ fn expected() -> Vec<Entry> {
             attrs: Vec::new(),
             snapshot: None,
             retained: 0,
+            first_record: 0,
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

@@ -254,8 +254,9 @@ async fn assert_stream(shard: &Shard, data: &[u8]) {
             "head tail rolled back"
         );
         assert_eq!(
-            stream.message_ends.last().copied().unwrap_or(0),
-            data.len() as u64
+            stream.messages.end(),
+            data.len() as u64,
+            "message index rolled back"
         );
         assert!(!stream.is_closed() && !stream.closed);
         stream.id

@@ -13,7 +13,9 @@ pub const ALLOW_HEADERS: &str = "content-type, authorization, if-none-match, cac
 pub const EXPOSE_HEADERS: &str = "stream-next-offset, stream-cursor, stream-up-to-date, \
     stream-closed, stream-ttl, stream-expires-at, stream-sse-data-encoding, \
     stream-data-content-type, stream-extensions, producer-epoch, producer-seq, \
-    producer-expected-seq, producer-received-seq, etag, content-type, location, retry-after";
+    producer-expected-seq, producer-received-seq, stream-record-start, stream-record-next, \
+    stream-record-first, stream-snapshot-offset, stream-snapshot-digest, etag, content-type, \
+    location, retry-after";
 
 pub fn reason(status: u16) -> &'static str {
     match status {

@@ -1,12 +1,14 @@
 //! Append and close (PROTOCOL.md §5.2, §5.2.1 idempotent producers, stream
 //! closure). Checks run in a fixed order so that errors have one precedence:
 //! header syntax, empty body / close-only, Content-Type presence, existence,
-//! closure, content-type match, JSON validity, producer, Stream-Seq.
+//! closure, content-type match, JSON validity, producer, record tail
+//! (`Stream-Record-Match`, extensions §6.4), Stream-Seq. Replies on JSON
+//! streams carry the record range the write created (§6.3).
 
 use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
-use super::{Action, Request, content_type, json, offset};
+use super::{Action, Request, content_type, json, offset, records};
 use crate::stream::{Command, ProducerWrite, Stream, Table};
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -49,9 +51,12 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     if let Some(p) = &producer {
         check_producer(stream, p)?;
     }
+    records::check_match(req, stream)?;
     let stream_seq = check_stream_seq(req, stream)?;
     let tail = stream.head_tail() + data.len() as u64;
+    let first = stream.messages.next();
     let reply = success(producer.as_ref(), tail, close);
+    let reply = records::ack(stream, reply, first, first + records::count(&data));
     let command = Command::Append {
         key: req.key.to_string(),
         stream_id: stream.id,
@@ -103,9 +108,10 @@ fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
         let closer = stream.closed_by.as_ref();
         if closer.is_some_and(|(id, epoch, seq)| *id == p.id && *epoch == p.epoch && *seq == p.seq)
         {
-            return with_producer(Response::new(204), Some(p), None)
+            let reply = with_producer(Response::new(204), Some(p), None)
                 .header("stream-next-offset", tail)
                 .header("stream-closed", "true");
+            return no_records(stream, reply);
         }
     }
     conflict("stream_closed", "stream is closed")
@@ -113,15 +119,24 @@ fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
         .header("stream-next-offset", tail)
 }
 
+/// §6.3: a write that created no records answers the record tail twice.
+fn no_records(stream: &Stream, reply: Response) -> Response {
+    let tail = stream.messages.next();
+    records::ack(stream, reply, tail, tail)
+}
+
 /// Maps the producer decision table (§5.2.1) to its error responses.
 fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     match decide_producer(stream.producers.get(&p.id), p.epoch, p.seq) {
         ProducerDecision::Accept => Ok(()),
-        ProducerDecision::Duplicate { last_seq } => Err(with_producer(
-            Response::new(204).header("stream-next-offset", offset::format(stream.head_tail())),
-            Some(p),
-            Some(last_seq),
-        )),
+        ProducerDecision::Duplicate { last_seq } => {
+            let reply = with_producer(
+                Response::new(204).header("stream-next-offset", offset::format(stream.head_tail())),
+                Some(p),
+                Some(last_seq),
+            );
+            Err(duplicate_ack(stream, p, reply))
+        }
         ProducerDecision::StaleEpoch { current } => Err(Response::error(
             403,
             "stale_producer_epoch",
@@ -137,6 +152,25 @@ fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
                 .header("producer-received-seq", received.to_string()))
         }
     }
+}
+
+/// §6.3: a deduplicated retry answers the record range of the original
+/// append when it was the producer's latest and its range is still known;
+/// otherwise (an older sequence, or a write that created no records) the
+/// record tail for both.
+fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
+    let tail = stream.messages.next();
+    let original = stream
+        .producers
+        .get(&p.id)
+        .filter(|s| s.epoch == p.epoch && s.last_seq == p.seq)
+        .and_then(|s| s.last_range)
+        .and_then(|(start, end)| {
+            let ordinal = |at| stream.messages.ordinal_at(at);
+            Some((ordinal(start)?, ordinal(end)?))
+        });
+    let (start, next) = original.unwrap_or((tail, tail));
+    records::ack(stream, reply, start, next)
 }
 
 /// `Stream-Seq` is scoped per stream and compared byte-wise: it must strictly
@@ -169,11 +203,10 @@ fn close_only(
         if producer.is_some() {
             return Err(closed_reply(stream, producer.as_ref()));
         }
-        return Ok(Action::Reply(
-            Response::new(204)
-                .header("stream-next-offset", tail)
-                .header("stream-closed", "true"),
-        ));
+        let reply = Response::new(204)
+            .header("stream-next-offset", tail)
+            .header("stream-closed", "true");
+        return Ok(Action::Reply(no_records(stream, reply)));
     }
     if let Some(p) = &producer {
         check_producer(stream, p)?;
@@ -181,6 +214,7 @@ fn close_only(
     let reply = with_producer(Response::new(204), producer.as_ref(), None)
         .header("stream-next-offset", tail)
         .header("stream-closed", "true");
+    let reply = no_records(stream, reply);
     let command = Command::Close {
         key: req.key.to_string(),
         stream_id: stream.id,

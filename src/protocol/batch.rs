@@ -32,6 +32,8 @@ const UNSUPPORTED: [&str; 6] = [
 pub enum Ack {
     Appended {
         next: u64,
+        /// The record range the frame created (JSON streams, §6.11).
+        records: Option<(u64, u64)>,
     },
     Failed {
         status: u16,
@@ -143,8 +145,14 @@ pub fn render(acks: &[Ack]) -> Response {
     let items: Vec<Value> = acks
         .iter()
         .map(|ack| match ack {
-            Ack::Appended { next } => {
-                json!({ "status": 204, "stream_next_offset": offset::format(*next) })
+            Ack::Appended { next, records } => {
+                let mut item =
+                    json!({ "status": 204, "stream_next_offset": offset::format(*next) });
+                if let Some((start, next)) = records {
+                    item["stream_record_start"] = json!(start);
+                    item["stream_record_next"] = json!(next);
+                }
+                item
             }
             Ack::Failed {
                 status,
@@ -204,7 +212,10 @@ mod tests {
     #[test]
     fn renders_acks_in_order() {
         let acks = [
-            Ack::Appended { next: 3 },
+            Ack::Appended {
+                next: 3,
+                records: Some((0, 2)),
+            },
             Ack::Failed {
                 status: 409,
                 code: "stream_closed",
@@ -216,6 +227,13 @@ mod tests {
         let body: Value = serde_json::from_slice(&render(&acks).body).unwrap();
         assert_eq!(body[0]["status"], 204);
         assert_eq!(body[0]["stream_next_offset"], offset::format(3));
+        assert_eq!(
+            (
+                &body[0]["stream_record_start"],
+                &body[0]["stream_record_next"]
+            ),
+            (&json!(0), &json!(2))
+        );
         assert_eq!(body[1]["stream_closed"], true);
         assert_eq!(body[1]["error_code"], "stream_closed");
     }

@@ -6,7 +6,7 @@
 //! cannot forge parts. The shard streams the parts; this file frames them.
 
 use super::response::{Response, bad_request};
-use super::{Request, offset};
+use super::{Request, offset, records};
 use crate::stream::Stream;
 
 /// Rejects what bootstrap does not take (§3.1: live parameters).
@@ -30,7 +30,7 @@ pub fn head(stream: &Stream, boundary: &str, end: u64) -> Response {
         .snapshot
         .as_ref()
         .map_or_else(|| "-1".to_string(), |s| offset::format(s.offset));
-    Response::new(200)
+    let reply = Response::new(200)
         .header(
             "content-type",
             format!("multipart/mixed; boundary={boundary}"),
@@ -45,7 +45,9 @@ pub fn head(stream: &Stream, boundary: &str, end: u64) -> Response {
                 "false"
             },
         )
-        .header("cache-control", "no-store")
+        .header("cache-control", "no-store");
+    // extensions §6.10: the record bounds of a record-aware stream.
+    records::bounds_headers(stream, reply)
 }
 
 /// Appends one part; `false` (nothing appended) when its body contains

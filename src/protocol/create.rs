@@ -3,7 +3,7 @@
 
 use super::headers::{Lifetime, lifetime, wants_close};
 use super::response::{Response, bad_request, conflict};
-use super::{Action, Request, Surface, attrs, content_type, json, offset};
+use super::{Action, Request, Surface, attrs, content_type, json, offset, records};
 use crate::stream::{Command, Stream, Table};
 
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
@@ -36,6 +36,14 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
         .header("content-type", content_type.clone())
         .header("stream-next-offset", offset::format(tail))
         .header_if(closed, "stream-closed", "true");
+    let reply = match content_type::is_json(&content_type) {
+        // extensions §6.3: a new stream's records are 0..count.
+        true => reply
+            .header("stream-extensions", records::TOKEN)
+            .header("stream-record-start", "0")
+            .header("stream-record-next", records::count(&data).to_string()),
+        false => reply,
+    };
     let command = Command::Create {
         key: req.key.to_string(),
         content_type,
@@ -94,10 +102,12 @@ fn recreate(
             "stream already exists with a different configuration",
         );
     }
-    Response::new(200)
+    let reply = Response::new(200)
         .header("content-type", existing.content_type.clone())
         .header("stream-next-offset", offset::format(existing.head_tail()))
-        .header_if(existing.closed, "stream-closed", "true")
+        .header_if(existing.closed, "stream-closed", "true");
+    let tail = existing.messages.next();
+    records::ack(existing, reply, tail, tail)
 }
 
 /// `Location` for a 201: the stream's absolute URL when the Host is known.

@@ -16,6 +16,7 @@ pub mod json;
 pub mod offset;
 pub mod producer;
 pub mod read;
+pub mod records;
 pub mod response;
 pub mod router;
 pub mod snapshot;

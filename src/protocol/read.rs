@@ -1,7 +1,9 @@
 //! Reads (PROTOCOL.md §5.4 HEAD, §5.5 catch-up, §5.6 long-poll, §6 offsets,
 //! §8 caching): parameter validation, range selection on message boundaries,
-//! rendering per surface dialect, ETag / If-None-Match, cursors.
+//! rendering per surface dialect, ETag / If-None-Match, cursors; and the
+//! record-aware reads of extensions §6.6-§6.9 (parameters in `records`).
 
+use super::records::{self, RecordView};
 use super::response::{Response, bad_request, not_found};
 use super::window::{self, Cut};
 use super::{Action, Request, Surface, cursor, json, offset, sse};
@@ -31,6 +33,8 @@ pub struct ReadPlan {
     pub cursor: Option<String>,
     /// `max_bytes` (bucketed surface): a smaller window than the default.
     pub max_bytes: Option<u64>,
+    /// A record-aware read (extensions §6.6): whole records, record headers.
+    pub records: Option<RecordView>,
 }
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -41,14 +45,16 @@ pub fn decide(req: &Request, table: &Table) -> Action {
 }
 
 fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
-    let (param, mode) = parse_params(req)?;
+    let record_start = records::parse(req)?;
+    let (param, mode) = parse_params(req, record_start.is_some())?;
     let stream = table
         .get_visible(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
-    let start = match param {
-        OffsetParam::Start => stream.retained,
-        OffsetParam::Now => stream.tail(),
-        OffsetParam::At(pos) => validate_position(stream, req.surface, pos)?,
+    let start = match (record_start, param) {
+        (Some((at, _)), _) => records::resolve(stream, at)?,
+        (None, OffsetParam::Start) => stream.retained,
+        (None, OffsetParam::Now) => stream.tail(),
+        (None, OffsetParam::At(pos)) => validate_position(stream, req.surface, pos)?,
     };
     let plan = ReadPlan {
         key: req.key.to_string(),
@@ -57,9 +63,10 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         start,
         cursor: req.head.query_param("cursor").map(str::to_string),
         max_bytes: max_bytes(req)?,
+        records: record_start.map(|(_, view)| view),
     };
     match mode {
-        LiveMode::CatchUp if param == OffsetParam::Now => {
+        LiveMode::CatchUp if param == OffsetParam::Now && plan.records.is_none() => {
             Ok(Action::Reply(now_reply(stream, req.surface)))
         }
         _ => Ok(Action::Read(plan)),
@@ -67,8 +74,8 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 }
 
 /// `offset`: at most once, never empty, `-1`, `now` or a token; `live`:
-/// `long-poll` or `sse`, which require an offset.
-fn parse_params(req: &Request) -> Result<(OffsetParam, LiveMode), Response> {
+/// `long-poll` or `sse`, which require an offset or a record start.
+fn parse_params(req: &Request, record_start: bool) -> Result<(OffsetParam, LiveMode), Response> {
     let offsets: Vec<&str> = req
         .head
         .query
@@ -87,7 +94,7 @@ fn parse_params(req: &Request) -> Result<(OffsetParam, LiveMode), Response> {
         Some("sse") => LiveMode::Sse,
         Some(_) => return Err(bad_request("live must be long-poll or sse")),
     };
-    if mode != LiveMode::CatchUp && param.is_none() {
+    if mode != LiveMode::CatchUp && param.is_none() && !record_start {
         return Err(bad_request("live reads require an offset"));
     }
     Ok((param.unwrap_or(OffsetParam::Start), mode))
@@ -136,12 +143,42 @@ fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64,
     Ok(pos)
 }
 
-/// The content type of a read body on this surface.
-pub fn body_content_type(stream: &Stream, surface: Surface) -> String {
+/// The content type of a read body on this surface (record-aware reads:
+/// NDJSON or the envelope view, extensions §6.7, §6.8).
+pub fn body_content_type(stream: &Stream, plan: &ReadPlan) -> String {
+    if let Some(view) = plan.records {
+        let ct = match view.envelope {
+            true => records::ENVELOPE_NDJSON,
+            false => "application/x-ndjson",
+        };
+        return ct.to_string();
+    }
+    surface_content_type(stream, plan.surface)
+}
+
+/// The content type of an ordinary read body on `surface`.
+fn surface_content_type(stream: &Stream, surface: Surface) -> String {
     if stream.json && surface == Surface::Bucket {
         "application/x-ndjson".to_string()
     } else {
         stream.content_type.clone()
+    }
+}
+
+/// The bytes of `[start, end)` as the plan's view renders them.
+fn plan_body(stream: &Stream, plan: &ReadPlan, start: u64, fetched: &[u8]) -> Vec<u8> {
+    match plan.records {
+        Some(view) if view.envelope => {
+            let first = stream
+                .messages
+                .ordinal_at(start)
+                .expect("a record boundary");
+            let mut out = Vec::with_capacity(fetched.len() * 2);
+            records::envelope(first, fetched, &mut out);
+            out
+        }
+        Some(_) => fetched.to_vec(),
+        None => render_body(stream, plan.surface, fetched),
     }
 }
 
@@ -161,6 +198,32 @@ fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
     format!("\"{}:{}:{}{}\"", stream.id, start, end, suffix)
 }
 
+/// A record view renders other bytes than the canonical read of the same
+/// range, so its ETag differs (extensions §6.8).
+fn view_etag(stream: &Stream, plan: &ReadPlan, end: u64, closed_at_end: bool) -> String {
+    let tag = etag(stream, plan.start, end, closed_at_end);
+    match plan.records {
+        Some(view) if view.envelope => tag.replacen('"', "\"e:", 1),
+        Some(_) => tag.replacen('"', "\"r:", 1),
+        None => tag,
+    }
+}
+
+/// Record headers on a record-aware reply spanning `[start, end)`, else
+/// just the capability token on a JSON stream.
+fn with_record_headers(
+    stream: &Stream,
+    plan: &ReadPlan,
+    reply: Response,
+    start: u64,
+    end: u64,
+) -> Response {
+    match plan.records {
+        Some(_) => records::read_headers(stream, reply, start, end),
+        None => records::advertise(stream, reply),
+    }
+}
+
 /// The bytes a read must fetch before it can be answered: `[start, end)`
 /// with the window's cut; empty when the plan is at the tail.
 pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
@@ -168,27 +231,40 @@ pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
         return (plan.start, plan.start, Cut::At(plan.start));
     }
     let budget = plan.max_bytes.unwrap_or(MAX_READ_BYTES).min(MAX_READ_BYTES);
-    let cut = window::plan(stream, plan.surface, plan.start, budget);
+    let cut = match plan.records {
+        Some(view) => window::plan_records(stream, plan.start, budget, view.max_records),
+        None => window::plan(stream, plan.surface, plan.start, budget),
+    };
     (plan.start, window::fetch_end(cut, stream.tail()), cut)
 }
 
 /// A 200 carrying the fetched window with the headers every read shares.
 /// `fetched` holds at least the bytes of the window (from `fetch_span`).
 fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (Response, String) {
-    let (surface, start) = (plan.surface, plan.start);
+    let start = plan.start;
     let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
     let at_tail = end == stream.tail();
     let closed_here = at_tail && stream.is_closed();
-    let tag = etag(stream, start, end, closed_here);
-    let body = render_body(stream, surface, &fetched[..(end - start) as usize]);
+    let tag = view_etag(stream, plan, end, closed_here);
+    let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
     let reply = Response::new(200)
-        .header("content-type", body_content_type(stream, surface))
+        .header("content-type", body_content_type(stream, plan))
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
         .header("etag", tag.clone())
         .with_body(body);
-    (reply, tag)
+    (with_record_headers(stream, plan, reply, start, end), tag)
+}
+
+/// 410 when retention moved past a record-aware read's start while its
+/// bytes were being fetched (its ordinal is no longer retained).
+fn overtaken(stream: &Stream, plan: &ReadPlan) -> Option<Response> {
+    let gone = plan.records.is_some() && !stream.messages.is_boundary(plan.start);
+    gone.then(|| {
+        let reply = Response::error(410, "record_gone", "retention passed the read's start");
+        records::bounds_headers(stream, reply)
+    })
 }
 
 /// A catch-up read's answer (§5.5, §8.1 ETag / If-None-Match).
@@ -200,9 +276,12 @@ pub fn catch_up(
     fetched: &[u8],
     now_ms: u64,
 ) -> Response {
+    if let Some(gone) = overtaken(stream, plan) {
+        return gone;
+    }
     let (reply, tag) = data_reply(stream, plan, cut, fetched);
     if if_none_match == Some(tag.as_str()) {
-        return Response::new(304).header("etag", tag);
+        return records::advertise(stream, Response::new(304).header("etag", tag));
     }
     let cache = if reply.get_header("stream-up-to-date").is_some() {
         "no-store".to_string()
@@ -233,13 +312,14 @@ fn now_reply(stream: &Stream, surface: Surface) -> Response {
     } else {
         Vec::new()
     };
-    Response::new(200)
-        .header("content-type", body_content_type(stream, surface))
+    let reply = Response::new(200)
+        .header("content-type", surface_content_type(stream, surface))
         .header("stream-next-offset", offset::format(stream.tail()))
         .header("stream-up-to-date", "true")
         .header("cache-control", "no-store")
         .header_if(stream.is_closed(), "stream-closed", "true")
-        .with_body(body)
+        .with_body(body);
+    records::advertise(stream, reply)
 }
 
 /// A long-poll with nothing to read yet: 204 when the stream is closed at
@@ -256,14 +336,14 @@ pub fn poll_empty(
         return None;
     }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
-    Some(
-        Response::new(204)
-            .header("stream-next-offset", offset::format(stream.tail()))
-            .header("stream-up-to-date", "true")
-            .header("stream-cursor", cursor)
-            .header("cache-control", "no-store")
-            .header_if(stream.is_closed(), "stream-closed", "true"),
-    )
+    let reply = Response::new(204)
+        .header("stream-next-offset", offset::format(stream.tail()))
+        .header("stream-up-to-date", "true")
+        .header("stream-cursor", cursor)
+        .header("cache-control", "no-store")
+        .header_if(stream.is_closed(), "stream-closed", "true");
+    let tail = stream.tail();
+    Some(with_record_headers(stream, plan, reply, tail, tail))
 }
 
 /// A long-poll that has data: 200 with the fetched window and a cursor.
@@ -275,6 +355,9 @@ pub fn poll_data(
     now_ms: u64,
     seed: u64,
 ) -> Response {
+    if let Some(gone) = overtaken(stream, plan) {
+        return gone;
+    }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
     let (reply, _) = data_reply(stream, plan, cut, fetched);
     reply
@@ -300,10 +383,11 @@ pub fn head(req: &Request, table: &Table) -> Response {
     if let Some(at) = &stream.expires_at {
         reply = reply.header("stream-expires-at", at.clone());
     }
+    let reply = records::bounds_headers(stream, reply);
     super::snapshot::head_headers(stream, reply)
 }
 
 /// Response head of an SSE read (§5.7).
-pub fn sse_head(stream: &Stream, surface: Surface) -> Response {
-    sse::head(stream, surface)
+pub fn sse_head(stream: &Stream, plan: &ReadPlan) -> Response {
+    records::advertise(stream, sse::head(stream, plan))
 }

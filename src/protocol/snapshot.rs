@@ -6,7 +6,7 @@
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::response::{Response, bad_request, conflict, not_found};
-use super::{Request, offset};
+use super::{Request, offset, records};
 use crate::stream::{Snapshot, Stream};
 
 /// What a publish must do.
@@ -31,14 +31,23 @@ fn parse_offset(text: &str) -> Result<u64, Response> {
     offset::parse_token(text).ok_or_else(|| bad_request("invalid snapshot offset"))
 }
 
-/// PUT `{stream}/snapshot/{offset}` (§2.2).
+/// The offset an operation names: its path segment, or on record-aware
+/// streams `?record=R` resolved to where record R starts (§2.2, §6.10).
+fn target(req: &Request, stream: &Stream, offset_text: Option<&str>) -> Result<u64, Response> {
+    match offset_text {
+        Some(text) => parse_offset(text),
+        None => records::operation_offset(req, stream),
+    }
+}
+
+/// PUT `{stream}/snapshot/{offset}` or `{stream}/snapshot?record=R` (§2.2).
 pub fn decide_publish(
     req: &Request,
     stream: &Stream,
-    offset_text: &str,
+    offset_text: Option<&str>,
     limit: usize,
 ) -> Result<Publish, Response> {
-    let at = parse_offset(offset_text)?;
+    let at = target(req, stream, offset_text)?;
     if at > stream.tail() {
         return Err(conflict(
             "snapshot_beyond_tail",
@@ -132,7 +141,7 @@ pub fn find<'a>(stream: &'a Stream, offset_text: &str) -> Result<&'a Snapshot, R
 /// GET `{stream}/snapshot/{offset}` (§2.5) with the blob read.
 pub fn read_reply(stream: &Stream, snapshot: &Snapshot, blob: Vec<u8>) -> Response {
     let up_to_date = snapshot.offset == stream.tail();
-    Response::new(200)
+    let reply = Response::new(200)
         .header("content-type", snapshot.content_type.clone())
         .header("stream-snapshot-offset", offset::format(snapshot.offset))
         .header("stream-snapshot-digest", snapshot.digest.clone())
@@ -142,7 +151,8 @@ pub fn read_reply(stream: &Stream, snapshot: &Snapshot, blob: Vec<u8>) -> Respon
             if up_to_date { "true" } else { "false" },
         )
         .header("cache-control", "no-store")
-        .with_body(blob)
+        .with_body(blob);
+    records::bounds_headers(stream, reply)
 }
 
 /// DELETE `{stream}/snapshot/{offset}` (§2.6): the latest visible snapshot
@@ -157,10 +167,15 @@ pub fn delete(stream: &Stream, offset_text: &str) -> Response {
     }
 }
 
-/// PUT `{stream}/retention/{offset}` (§2.2): aligned, monotonic, not past
-/// the latest snapshot. `Ok(None)`: already there (204 without a commit).
-pub fn decide_retention(stream: &Stream, offset_text: &str) -> Result<Option<u64>, Response> {
-    let at = parse_offset(offset_text)?;
+/// PUT `{stream}/retention/{offset}` or `?record=R` (§2.2): aligned,
+/// monotonic, not past the latest snapshot. `Ok(Some((offset, F)))` with
+/// the record ordinal there; `Ok(None)`: already there (204, no commit).
+pub fn decide_retention(
+    req: &Request,
+    stream: &Stream,
+    offset_text: Option<&str>,
+) -> Result<Option<(u64, u64)>, Response> {
+    let at = target(req, stream, offset_text)?;
     if at > stream.tail() {
         return Err(conflict(
             "retention_beyond_tail",
@@ -184,7 +199,11 @@ pub fn decide_retention(stream: &Stream, offset_text: &str) -> Result<Option<u64
             "retention cannot pass the latest published snapshot",
         ));
     }
-    Ok((at != stream.retained).then_some(at))
+    let first_record = stream
+        .messages
+        .ordinal_at(at)
+        .expect("an accepted retention offset is a message boundary");
+    Ok((at != stream.retained).then_some((at, first_record)))
 }
 
 /// HEAD metadata (§2.4).

@@ -5,10 +5,14 @@
 //! `event: control\ndata:{...}\n\n`. Every data event is followed by a
 //! control event; only the last control of a batch says `upToDate`, and the
 //! final one of a closed stream says `streamClosed` without a cursor.
+//! Record-aware reads (extensions §6.9) send whole records, add
+//! `streamFirstRecord`/`streamNextRecord` to every control event, and with
+//! `record_view=envelope` one envelope object per data event.
 
 use base64::Engine;
 
 use super::read::{ReadPlan, render_body};
+use super::records;
 use super::response::Response;
 use super::window::{self, Cut};
 use super::{Surface, content_type, cursor, offset};
@@ -34,17 +38,24 @@ pub struct SseStep {
     pub done: bool,
 }
 
-pub fn head(stream: &Stream, surface: Surface) -> Response {
-    let ndjson = stream.json && surface == Surface::Bucket;
-    Response::new(200)
+pub fn head(stream: &Stream, plan: &ReadPlan) -> Response {
+    let envelope = plan.records.is_some_and(|v| v.envelope);
+    let data_type = match envelope {
+        true => Some(records::ENVELOPE_EVENT),
+        false => (stream.json && plan.surface == Surface::Bucket).then_some("application/x-ndjson"),
+    };
+    let reply = Response::new(200)
         .header("content-type", "text/event-stream")
         .header("cache-control", "no-cache")
         .header_if(
             !content_type::is_sse_text(&stream.content_type),
             "stream-sse-data-encoding",
             "base64",
-        )
-        .header_if(ndjson, "stream-data-content-type", "application/x-ndjson")
+        );
+    match data_type {
+        Some(ct) => reply.header("stream-data-content-type", ct),
+        None => reply,
+    }
 }
 
 impl SseCursor {
@@ -68,7 +79,13 @@ impl SseCursor {
             .max_bytes
             .unwrap_or(MAX_EVENT_BYTES)
             .min(MAX_EVENT_BYTES);
-        let cut = window::plan(stream, self.plan.surface, self.next, budget);
+        let cut = match self.plan.records {
+            Some(view) => {
+                let max = view.envelope.then_some(1);
+                window::plan_records(stream, self.next, budget, max)
+            }
+            None => window::plan(stream, self.plan.surface, self.next, budget),
+        };
         Some((self.next, window::fetch_end(cut, stream.tail()), cut))
     }
 
@@ -83,24 +100,42 @@ impl SseCursor {
         seed: u64,
     ) -> SseStep {
         let start = self.next;
+        if self.plan.records.is_some() && !stream.messages.is_boundary(start) {
+            // Retention passed the cursor: its ordinals are gone (§6.10).
+            return SseStep {
+                bytes: Vec::new(),
+                done: true,
+            };
+        }
         let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
         let mut out = Vec::new();
-        write_data_event(
-            &mut out,
-            stream,
-            self.plan.surface,
-            &fetched[..(end - start) as usize],
-        );
+        let bytes = &fetched[..(end - start) as usize];
+        match self.plan.records {
+            Some(view) if view.envelope => {
+                let record = stream
+                    .messages
+                    .ordinal_at(start)
+                    .expect("a record boundary");
+                let mut object = Vec::with_capacity(bytes.len() + 32);
+                records::envelope_one(
+                    record,
+                    bytes.strip_suffix(b"\n").unwrap_or(bytes),
+                    &mut object,
+                );
+                write_event(&mut out, "data", &object);
+            }
+            _ => write_data_event(&mut out, stream, self.plan.surface, bytes),
+        }
         self.next = end;
         let at_tail = end == stream.tail();
         if at_tail && stream.is_closed() {
-            write_closed(&mut out, end);
+            self.write_closed(&mut out, stream, end);
             return SseStep {
                 bytes: out,
                 done: true,
             };
         }
-        self.write_control(&mut out, end, at_tail, now_ms, seed);
+        self.write_control(&mut out, stream, end, at_tail, now_ms, seed);
         SseStep {
             bytes: out,
             done: false,
@@ -124,14 +159,14 @@ impl SseCursor {
         };
         let mut out = Vec::new();
         if stream.is_closed() && self.next >= stream.tail() {
-            write_closed(&mut out, self.next);
+            self.write_closed(&mut out, stream, self.next);
             return SseStep {
                 bytes: out,
                 done: true,
             };
         }
         if !self.announced || timed_out {
-            self.write_control(&mut out, self.next, true, now_ms, seed);
+            self.write_control(&mut out, stream, self.next, true, now_ms, seed);
         }
         SseStep {
             bytes: out,
@@ -142,6 +177,7 @@ impl SseCursor {
     fn write_control(
         &mut self,
         out: &mut Vec<u8>,
+        stream: &Stream,
         at: u64,
         up_to_date: bool,
         now_ms: u64,
@@ -151,19 +187,33 @@ impl SseCursor {
         let cursor = cursor::next_cursor(self.plan.cursor.as_deref(), now_ms, seed);
         let up = if up_to_date { ",\"upToDate\":true" } else { "" };
         let json = format!(
-            "{{\"streamNextOffset\":\"{}\",\"streamCursor\":\"{cursor}\"{up}}}",
-            offset::format(at)
+            "{{\"streamNextOffset\":\"{}\"{},\"streamCursor\":\"{cursor}\"{up}}}",
+            offset::format(at),
+            self.record_fields(stream, at),
         );
         write_event(out, "control", json.as_bytes());
     }
-}
 
-fn write_closed(out: &mut Vec<u8>, at: u64) {
-    let json = format!(
-        "{{\"streamNextOffset\":\"{}\",\"streamClosed\":true}}",
-        offset::format(at)
-    );
-    write_event(out, "control", json.as_bytes());
+    fn write_closed(&self, out: &mut Vec<u8>, stream: &Stream, at: u64) {
+        let json = format!(
+            "{{\"streamNextOffset\":\"{}\"{},\"streamClosed\":true}}",
+            offset::format(at),
+            self.record_fields(stream, at),
+        );
+        write_event(out, "control", json.as_bytes());
+    }
+
+    /// §6.9: the record coordinates of boundary `at`, on record-aware reads.
+    fn record_fields(&self, stream: &Stream, at: u64) -> String {
+        let next = stream.messages.ordinal_at(at);
+        match (self.plan.records, next) {
+            (Some(_), Some(next)) => format!(
+                ",\"streamFirstRecord\":{},\"streamNextRecord\":{next}",
+                stream.first_record
+            ),
+            _ => String::new(),
+        }
+    }
 }
 
 fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, fetched: &[u8]) {

@@ -23,12 +23,15 @@ pub fn plan(stream: &Stream, surface: Surface, start: u64, budget: u64) -> Cut {
         return Cut::At(tail);
     }
     if stream.json && surface == Surface::V1 {
-        let end = last_record_end(stream, start, limit)
-            .unwrap_or_else(|| stream.message_ends[stream.first_message_after(start)]);
+        let end = stream
+            .messages
+            .last_end_within(start, limit)
+            .or_else(|| stream.messages.first_end_after(start))
+            .expect("a message ends at the tail, past start");
         return Cut::At(end);
     }
     if stream.json
-        && let Some(end) = last_record_end(stream, start, limit)
+        && let Some(end) = stream.messages.last_end_within(start, limit)
     {
         return Cut::At(end);
     }
@@ -36,6 +39,24 @@ pub fn plan(stream: &Stream, surface: Surface, start: u64, budget: u64) -> Cut {
         return Cut::Utf8Near(limit);
     }
     Cut::At(limit)
+}
+
+/// A record-aware window (extensions §6.7): whole records only, at least
+/// one, at most `max_records`, within `budget` unless one record is bigger.
+pub fn plan_records(stream: &Stream, start: u64, budget: u64, max_records: Option<u64>) -> Cut {
+    let tail = stream.tail();
+    let mut limit = start.saturating_add(budget.max(1)).min(tail);
+    if let Some(max) = max_records {
+        let first = stream.messages.ordinal_at(start);
+        let end = first.and_then(|r| stream.messages.offset_of(r.saturating_add(max)));
+        limit = limit.min(end.unwrap_or(tail));
+    }
+    let end = stream
+        .messages
+        .last_end_within(start, limit)
+        .or_else(|| stream.messages.first_end_after(start))
+        .map_or(tail, |end| end.min(tail));
+    Cut::At(end)
 }
 
 /// How far bytes must be fetched to resolve `cut`.
@@ -52,13 +73,6 @@ pub fn resolve(cut: Cut, start: u64, fetched: &[u8]) -> u64 {
         Cut::At(end) => end,
         Cut::Utf8Near(limit) => start + utf8_end(fetched, 0, limit - start),
     }
-}
-
-/// The end of the last whole record inside `(start, limit]`, if any.
-fn last_record_end(stream: &Stream, start: u64, limit: u64) -> Option<u64> {
-    let first = stream.first_message_after(start);
-    let within = stream.message_ends[first..].partition_point(|&end| end <= limit);
-    (within > 0).then(|| stream.message_ends[first + within - 1])
 }
 
 /// `limit` moved back (at most 3 bytes) to the start of a UTF-8 sequence;

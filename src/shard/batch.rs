@@ -8,7 +8,22 @@ use super::Shard;
 use crate::http::parse::RequestHead;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
-use crate::protocol::{Request, Response, Surface};
+use crate::protocol::{Request, Response, Surface, records};
+
+/// The ack of a frame just applied, with its record range (extensions
+/// §6.11) on JSON streams; `first` is the record tail before it.
+fn appended(shard: &Shard, key: &str, first: Option<u64>) -> Ack {
+    let table = shard.table.borrow();
+    let stream = table.get(key).expect("a frame was just applied to it");
+    let records = (records::active(stream), first);
+    Ack::Appended {
+        next: stream.head_tail(),
+        records: match records {
+            (true, Some(first)) => Some((first, stream.messages.next())),
+            _ => None,
+        },
+    }
+}
 
 pub async fn serve(
     shard: &Rc<Shard>,
@@ -48,9 +63,9 @@ pub async fn serve(
         };
         match decided {
             Ok(command) => {
+                let first = shard.table.borrow().get(key).map(|s| s.messages.next());
                 ticket = Some(shard.submit(vec![command]));
-                let next = shard.table.borrow().get(key).map_or(0, |s| s.head_tail());
-                acks.push(Ack::Appended { next });
+                acks.push(appended(shard, key, first));
             }
             Err(failed) => acks.push(failed),
         }

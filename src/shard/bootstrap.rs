@@ -38,12 +38,7 @@ fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
         .as_ref()
         .map_or(stream.retained, |s| s.offset);
     let end = stream.tail();
-    let first = stream.first_message_after(start);
-    let ends: Vec<u64> = stream.message_ends[first..]
-        .iter()
-        .copied()
-        .take_while(|&e| e <= end)
-        .collect();
+    let ends = stream.messages.ends_in(start, end).to_vec();
     let dir = shard.segments.dir().join("snapshots");
     let snapshot = stream.snapshot.clone().map(|s| {
         let path = dir.join(format!("{:016x}-{:016x}.snap", stream.id, s.offset));

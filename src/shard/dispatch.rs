@@ -11,7 +11,7 @@ use super::{Shard, batch, bootstrap, buckets, live, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
-use crate::protocol::{self, Action, Request, Response, Surface, Target};
+use crate::protocol::{self, Action, Request, Response, Surface, Target, records};
 
 /// Handles one request; returns whether the connection stays open.
 pub async fn handle(
@@ -61,14 +61,18 @@ pub async fn handle(
             resource,
             key,
             bucket,
-        } if resource == "append-batch" => batch::serve(shard, head, &body, &key, &bucket).await,
+        } if resource == "append-batch" => {
+            let reply = batch::serve(shard, head, &body, &key, &bucket).await;
+            advertised(shard, &key, reply)
+        }
         Target::StreamExtension {
             resource,
             key,
             bucket,
         } if resource == "snapshot" || resource.starts_with("snapshot/") => {
             let at = resource.strip_prefix("snapshot/");
-            snapshot::serve(shard, head, &body, &key, &bucket, at).await
+            let reply = snapshot::serve(shard, head, &body, &key, &bucket, at).await;
+            advertised(shard, &key, reply)
         }
         Target::StreamExtension {
             resource,
@@ -81,9 +85,10 @@ pub async fn handle(
             resource,
             key,
             bucket,
-        } if resource.starts_with("retention/") => {
-            let at = &resource["retention/".len()..];
-            snapshot::serve_retention(shard, head, &key, &bucket, at).await
+        } if resource == "retention" || resource.starts_with("retention/") => {
+            let at = resource.strip_prefix("retention/");
+            let reply = snapshot::serve_retention(shard, head, &key, &bucket, at).await;
+            advertised(shard, &key, reply)
         }
         Target::StreamExtension { resource, .. } => Response::error(
             404,
@@ -100,6 +105,15 @@ pub async fn handle(
         Target::Invalid(message) => bad_request(message),
     };
     respond(socket, reply, keep, is_head).await
+}
+
+/// Extensions "Capability Advertisement": a reply about a stream carries
+/// the tokens active for it (reads and bootstrap add theirs as they render).
+fn advertised(shard: &Shard, key: &str, reply: Response) -> Response {
+    match shard.table.borrow().get(key) {
+        Some(stream) => records::advertise(stream, reply),
+        None => reply,
+    }
 }
 
 /// 503 while the shard's commit queue is full: the disk is behind.
@@ -175,6 +189,7 @@ async fn stream_request(
                     .map_or_else(|e| e.response(), |()| reply),
                 false => reply,
             };
+            let reply = advertised(shard, sr.key, reply);
             respond(socket, reply, keep, is_head).await
         }
         Action::Commit { commands, reply } => {
@@ -185,6 +200,7 @@ async fn stream_request(
                 .submit(commands)
                 .await
                 .map_or_else(|e| e.response(), |()| reply);
+            let reply = advertised(shard, sr.key, reply);
             respond(socket, reply, keep, is_head).await
         }
         Action::Read(plan) => {

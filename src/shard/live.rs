@@ -147,7 +147,7 @@ async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bo
         .table
         .borrow()
         .get_visible(&plan.key)
-        .map(|stream| read::sse_head(stream, plan.surface));
+        .map(|stream| read::sse_head(stream, &plan));
     let Some(head) = head else {
         return respond(socket, not_found("stream not found"), keep, false).await;
     };

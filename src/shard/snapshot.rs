@@ -82,7 +82,7 @@ pub async fn serve(
             None => not_found("stream not found"),
         },
         (Method::Get | Method::Head, Some(at)) => read(shard, key, at).await,
-        (Method::Put, Some(at)) => publish(shard, &req, at).await,
+        (Method::Put, at) => publish(shard, &req, at).await,
         (Method::Delete, Some(at)) => match shard.table.borrow().get_visible(key) {
             Some(stream) => snapshot::delete(stream, at),
             None => not_found("stream not found"),
@@ -117,7 +117,7 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
     }
 }
 
-async fn publish(shard: &Shard, req: &Request<'_>, at: &str) -> Response {
+async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response {
     let limit = shard.config.max_snapshot_bytes;
     let decided = {
         let table = shard.table.borrow();
@@ -159,13 +159,13 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: &str) -> Response {
     snapshot::published(&snap)
 }
 
-/// `PUT {stream}/retention/{offset}`.
+/// `PUT {stream}/retention/{offset}` and `PUT {stream}/retention?record=R`.
 pub async fn serve_retention(
     shard: &Rc<Shard>,
     head: &RequestHead,
     key: &str,
     bucket: &str,
-    at: &str,
+    at: Option<&str>,
 ) -> Response {
     if !shard.buckets.borrow().contains_key(bucket) {
         return not_found("bucket not found");
@@ -179,7 +179,15 @@ pub async fn serve_retention(
         let Some(stream) = table.get_visible(key) else {
             return not_found("stream not found");
         };
-        snapshot::decide_retention(stream, at).map(|to| (stream.id, to))
+        let req = Request {
+            head,
+            body: &[],
+            surface: Surface::Bucket,
+            key,
+            now_ms: 0,
+            jitter_seed: 0,
+        };
+        snapshot::decide_retention(&req, stream, at).map(|to| (stream.id, to))
     };
     let command = match decided {
         Err(reply) => return reply,
@@ -189,10 +197,11 @@ pub async fn serve_retention(
                 .await
                 .map_or_else(|e| e.response(), |()| Response::new(204));
         }
-        Ok((id, Some(offset))) => Command::Retain {
+        Ok((id, Some((offset, first_record)))) => Command::Retain {
             key: key.to_string(),
             stream_id: id,
             offset,
+            first_record,
         },
     };
     shard

@@ -31,10 +31,14 @@
 //!                   attrs bytes
 //! 9 ATTRS           key str, stream_id u64, attrs bytes
 //! 10 SNAPSHOT       key str, stream_id u64, snapshot
-//! 11 RETENTION      key str, stream_id u64, offset u64
+//! 11 RETENTION      key str, stream_id u64, offset u64,
+//!                   first_record tail<u64>
 //!
 //! snapshot          offset u64, content_type str, digest str, len u64
-//!                   (IMAGE ends with opt<snapshot>, retained u64)
+//!                   (IMAGE ends with opt<snapshot>, retained u64,
+//!                   first_record tail<u64>)
+//! tail<T>           an optional last field added after version 1 was
+//!                   frozen: absent in older records (decoded as 0)
 //!
 //! producer          id str, epoch u64, seq u64
 //! list<T>           u32 count, then the items
@@ -97,6 +101,8 @@ pub struct StreamImage {
     pub attrs: Vec<u8>,
     pub snapshot: Option<Snapshot>,
     pub retained: u64,
+    /// The record ordinal at `retained` (extensions §6.1 F).
+    pub first_record: u64,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -243,10 +249,12 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             key,
             stream_id,
             offset,
+            first_record,
         } => {
             w.str(key);
             w.u64(*stream_id);
             w.u64(*offset);
+            w.u64(*first_record);
             kind::RETENTION
         }
         Command::Snapshot {
@@ -298,6 +306,7 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
         w.snapshot(snapshot);
     }
     w.u64(image.retained);
+    w.u64(image.first_record);
     kind::IMAGE
 }
 
@@ -449,6 +458,7 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             key: r.string()?,
             stream_id: r.u64()?,
             offset: r.u64()?,
+            first_record: r.tail_u64()?,
         }),
         kind::SNAPSHOT => Entry::Stream(Command::Snapshot {
             key: r.string()?,
@@ -520,6 +530,7 @@ fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
             false => None,
         },
         retained: r.u64()?,
+        first_record: r.tail_u64()?,
     })
 }
 
@@ -619,6 +630,14 @@ impl<'a> Reader<'a> {
             digest: self.string()?,
             len: self.u64()?,
         })
+    }
+
+    /// A last field that records written before it existed lack.
+    fn tail_u64(&mut self) -> Result<u64, CodecError> {
+        match self.rest.is_empty() {
+            true => Ok(0),
+            false => self.u64(),
+        }
     }
 
     fn finish(&self) -> Result<(), CodecError> {

@@ -93,6 +93,7 @@ fn entries() -> Vec<Entry> {
             tail: 14,
             attrs: br#"{"title":"t"}"#.to_vec(),
             retained: 5,
+            first_record: 1,
             snapshot: Some(Snapshot {
                 offset: 12,
                 content_type: "application/x-loro".into(),
@@ -104,6 +105,7 @@ fn entries() -> Vec<Entry> {
             key: "bkt1/s".into(),
             stream_id: 3,
             offset: 7,
+            first_record: 2,
         }),
         Entry::Stream(Command::Snapshot {
             key: "bkt1/s".into(),
@@ -195,14 +197,37 @@ fn layout_of_an_append() {
     assert_eq!(payload, want);
 }
 
+/// Where a record written before its optional last field existed ends.
+fn without_tail_field(kind: u8, payload: &[u8]) -> Option<usize> {
+    matches!(kind, kind::RETENTION | kind::IMAGE).then(|| payload.len() - 8)
+}
+
 #[test]
 fn every_truncation_errors() {
     for entry in entries() {
         let (kind, payload) = encoded(&entry);
-        for len in 0..payload.len() {
+        let older = without_tail_field(kind, &payload);
+        for len in (0..payload.len()).filter(|&len| Some(len) != older) {
             let got = decode(kind, &payload[..len]);
             assert_eq!(got, Err(CodecError::Truncated), "{entry:?} at {len}");
         }
+    }
+}
+
+#[test]
+fn records_without_the_tail_field_decode_as_before() {
+    for entry in entries() {
+        let (kind, payload) = encoded(&entry);
+        let Some(len) = without_tail_field(kind, &payload) else {
+            continue;
+        };
+        let decoded = decode(kind, &payload[..len]).expect("older records decode");
+        let first_record = match decoded {
+            Entry::Stream(Command::Retain { first_record, .. }) => first_record,
+            Entry::Image(image) => image.first_record,
+            other => panic!("unexpected {other:?}"),
+        };
+        assert_eq!(first_record, 0);
     }
 }
 

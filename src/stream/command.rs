@@ -58,6 +58,9 @@ pub enum Command {
         key: String,
         stream_id: u64,
         offset: u64,
+        /// The ordinal of the message starting at `offset`: the first
+        /// retained record F (extensions §6.1, §6.10).
+        first_record: u64,
     },
     /// PUT `/attrs`: replace the stream attributes (empty clears them).
     SetAttrs {

@@ -7,6 +7,7 @@ pub mod codec;
 pub mod command;
 pub mod data;
 pub mod rebuild;
+pub mod records;
 pub mod state;
 pub mod table;
 

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use super::codec::{self, Entry, StreamImage};
 use super::command::{Command, ProducerWrite};
 use super::data::{Extent, StreamData};
+use super::records::RecordIndex;
 use super::state::{ProducerState, Stream};
 use super::table::{Table, incarnation_id};
 
@@ -33,7 +34,13 @@ pub struct Rebuild {
     placed: HashMap<u64, BTreeMap<u64, Piece>>,
     /// Bucket id -> creation time.
     pub registry: BTreeMap<String, u64>,
+    /// The offsets each producer's latest append wrote, by (stream id,
+    /// producer id), so a retry answers its range.
+    ranges: HashMap<(u64, String), ProducerRange>,
 }
+
+/// A producer append's (epoch, seq) and the offsets `[start, end)` it wrote.
+type ProducerRange = (u64, u64, (u64, u64));
 
 impl Rebuild {
     /// Replays one committed record, whose stream data (if any) is at
@@ -98,6 +105,7 @@ impl Rebuild {
                     attrs,
                     snapshot: None,
                     retained: 0,
+                    first_record: 0,
                 };
                 self.meta.insert(key, image);
             }
@@ -113,6 +121,11 @@ impl Rebuild {
             } => {
                 let json = self.meta.get(&key).is_none_or(content_is_json);
                 self.place(stream_id, start, &data, location, json);
+                if let Some(p) = &producer {
+                    let range = (start, start + data.len() as u64);
+                    self.ranges
+                        .insert((stream_id, p.id.clone()), (p.epoch, p.seq, range));
+                }
                 let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id)
                 else {
                     return;
@@ -148,9 +161,12 @@ impl Rebuild {
                 key,
                 stream_id,
                 offset,
+                first_record,
             } => {
-                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
-                    meta.retained = meta.retained.max(offset);
+                let meta = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id);
+                if let Some(meta) = meta.filter(|m| offset > m.retained) {
+                    meta.retained = offset;
+                    meta.first_record = first_record;
                 }
             }
             Command::Snapshot {
@@ -180,6 +196,7 @@ impl Rebuild {
                     self.meta.remove(&key);
                 }
                 self.placed.remove(&stream_id);
+                self.ranges.retain(|(id, _), _| *id != stream_id);
             }
         }
     }
@@ -222,10 +239,27 @@ impl Rebuild {
         let mut table = Table::with_cache_budget(cache_budget);
         for (key, meta) in std::mem::take(&mut self.meta) {
             let pieces = self.placed.remove(&meta.stream_id).unwrap_or_default();
-            let stream = build(meta, pieces, now_ms).map_err(|e| format!("stream {key}: {e}"))?;
+            let mut stream =
+                build(meta, pieces, now_ms).map_err(|e| format!("stream {key}: {e}"))?;
+            self.restore_ranges(&mut stream);
             table.restore(key, stream);
         }
         Ok((table, self.registry))
+    }
+}
+
+impl Rebuild {
+    /// Gives each producer the range of its latest append, when the log
+    /// still holds that append's record.
+    fn restore_ranges(&self, stream: &mut Stream) {
+        for (id, state) in stream.producers.iter_mut() {
+            let found = self.ranges.get(&(stream.id, id.clone()));
+            if let Some(&(epoch, seq, range)) = found
+                && (epoch, seq) == (state.epoch, state.last_seq)
+            {
+                state.last_range = Some(range);
+            }
+        }
     }
 }
 
@@ -246,7 +280,7 @@ fn record_producer(meta: &mut StreamImage, producer: Option<ProducerWrite>) {
 fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result<Stream, String> {
     let json = crate::protocol::content_type::is_json(&meta.content_type);
     let mut extents = Vec::new();
-    let mut message_ends = Vec::new();
+    let mut messages = RecordIndex::starting_at(meta.first_record, meta.retained);
     // Data wholly before the retention point may be gone (the cleaner
     // reclaims it); from there on it must cover the stream without gaps.
     let mut covered = meta.retained;
@@ -272,8 +306,12 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
             pos,
         });
         match json {
-            true => message_ends.extend_from_slice(&piece.newlines),
-            false => message_ends.push(start + piece.len),
+            true => piece
+                .newlines
+                .iter()
+                .filter(|&&end| end > meta.retained)
+                .for_each(|&end| messages.push(end)),
+            false => messages.push(start + piece.len),
         }
         covered = start + piece.len;
     }
@@ -292,6 +330,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
                 ProducerState {
                     epoch: p.epoch,
                     last_seq: p.seq,
+                    last_range: None,
                 },
             )
         })
@@ -308,7 +347,8 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         closed: meta.closed,
         closed_by: meta.closed_by.map(|p| (p.id, p.epoch, p.seq)),
         data: StreamData::recovered(extents, meta.tail),
-        message_ends,
+        messages,
+        first_record: meta.first_record,
         stream_seq: meta.stream_seq,
         producers,
         visible: true,
@@ -351,6 +391,7 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
         attrs: stream.attrs.clone(),
         snapshot: stream.snapshot.clone(),
         retained: stream.retained,
+        first_record: stream.first_record,
     }
 }
 

@@ -1,15 +1,20 @@
-//! The state of one stream: configuration, data (`data::StreamData`) and
-//! message boundaries, closure
-//! and producer dedup state (PROTOCOL.md §4, §5.2.1).
+//! The state of one stream: configuration, data (`data::StreamData`),
+//! message boundaries and record ordinals (`records::RecordIndex`, extensions
+//! §6.1), closure and producer dedup state (PROTOCOL.md §4, §5.2.1).
 
 use std::collections::HashMap;
 
 use super::data::StreamData;
+use super::records::RecordIndex;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProducerState {
     pub epoch: u64,
     pub last_seq: u64,
+    /// Offsets `[start, end)` the append with `last_seq` wrote, so that its
+    /// retry answers the original range (extensions §6.3); `None` when
+    /// unknown (a close, or the record was cleaned away before a restart).
+    pub last_range: Option<(u64, u64)>,
 }
 
 /// A published snapshot: its blob lives in a file of its own.
@@ -42,8 +47,12 @@ pub struct Stream {
     pub closed_by: Option<(String, u64, u64)>,
     /// The bytes: located in the log, a suffix cached in memory.
     pub data: StreamData,
-    /// End offset of every message, ascending; the last equals `data.len()`.
-    pub message_ends: Vec<u64>,
+    /// Retained message boundaries and their ordinals: one per record on
+    /// JSON streams, one per append otherwise. Its end is the head tail.
+    pub messages: RecordIndex,
+    /// The first retained record ordinal F (extensions §6.1), moved only
+    /// with `retained`.
+    pub first_record: u64,
     pub stream_seq: Option<String>,
     pub producers: HashMap<String, ProducerState>,
     /// Stream attributes (extensions §5): a canonical JSON object, empty
@@ -88,12 +97,14 @@ impl Stream {
 
     /// Whether `offset` falls on a message boundary (or the start).
     pub fn is_boundary(&self, offset: u64) -> bool {
-        offset == 0 || offset == self.retained || self.message_ends.binary_search(&offset).is_ok()
+        offset == 0 || offset == self.retained || self.messages.is_boundary(offset)
     }
 
-    /// Index of the first message ending after `offset`.
-    pub fn first_message_after(&self, offset: u64) -> usize {
-        self.message_ends.partition_point(|&end| end <= offset)
+    /// The record tail N readers see: the ordinal at the visible tail.
+    pub fn record_next(&self) -> u64 {
+        self.messages
+            .ordinal_at(self.visible_tail)
+            .expect("the visible tail is a message boundary")
     }
 
     /// Remaining seconds of the TTL window (rounded up), for HEAD.

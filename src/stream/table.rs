@@ -70,7 +70,8 @@ pub enum Undo {
 pub struct WriteUndo {
     key: String,
     data_len: u64,
-    ends_len: usize,
+    messages_next: u64,
+    first_record: u64,
     producer: Option<(String, Option<ProducerState>)>,
     closed: bool,
     closed_by: Option<(String, u64, u64)>,
@@ -190,7 +191,8 @@ impl Table {
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 let data_start = stream.head_tail();
                 push_data(stream, data);
-                record_producer(stream, producer.as_ref());
+                let range = (data_start, stream.head_tail());
+                record_producer(stream, producer.as_ref(), Some(range));
                 if stream_seq.is_some() {
                     stream.stream_seq = stream_seq;
                 }
@@ -217,7 +219,7 @@ impl Table {
                     .expect("close of a missing stream");
                 assert_eq!(stream.id, stream_id, "close decided on another incarnation");
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
-                record_producer(stream, producer.as_ref());
+                record_producer(stream, producer.as_ref(), None);
                 if !stream.closed {
                     stream.closed = true;
                     stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
@@ -230,6 +232,7 @@ impl Table {
                 key,
                 stream_id,
                 offset,
+                first_record,
             } => {
                 let stream = self
                     .streams
@@ -240,7 +243,13 @@ impl Table {
                     "retention decided on another incarnation"
                 );
                 let undo = WriteUndo::capture(&key, stream, None);
+                assert_eq!(
+                    stream.messages.ordinal_at(offset),
+                    Some(first_record),
+                    "retention decided on another message boundary"
+                );
                 stream.retained = offset;
+                stream.first_record = first_record;
                 let tail = stream.head_tail();
                 let done = Applied {
                     retain: Some(offset),
@@ -343,7 +352,8 @@ impl Table {
             closed,
             closed_by: None,
             data: Default::default(),
-            message_ends: Vec::new(),
+            messages: Default::default(),
+            first_record: 0,
             stream_seq: None,
             producers: Default::default(),
             visible: false,
@@ -395,6 +405,7 @@ impl Table {
         stream.visible = true;
         if let Some(offset) = applied.retain {
             stream.data.drop_before(offset);
+            stream.messages.drop_before(offset);
         }
         stream.visible_tail = stream.visible_tail.max(applied.tail);
         stream.visible_closed |= applied.closed;
@@ -480,13 +491,20 @@ fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
     }
 }
 
-fn record_producer(stream: &mut Stream, producer: Option<&ProducerWrite>) {
+/// Remembers a producer's last write and, for an append, the offsets it
+/// wrote (a retry answers them).
+fn record_producer(
+    stream: &mut Stream,
+    producer: Option<&ProducerWrite>,
+    range: Option<(u64, u64)>,
+) {
     if let Some(p) = producer {
         stream.producers.insert(
             p.id.clone(),
             ProducerState {
                 epoch: p.epoch,
                 last_seq: p.seq,
+                last_range: range,
             },
         );
     }
@@ -497,7 +515,8 @@ impl WriteUndo {
         WriteUndo {
             key: key.to_string(),
             data_len: stream.head_tail(),
-            ends_len: stream.message_ends.len(),
+            messages_next: stream.messages.next(),
+            first_record: stream.first_record,
             producer: producer.map(|p| (p.id.clone(), stream.producers.get(&p.id).copied())),
             closed: stream.closed,
             closed_by: stream.closed_by.clone(),
@@ -515,7 +534,8 @@ impl WriteUndo {
         stream.snapshot = self.snapshot;
         stream.retained = self.retained;
         stream.data.truncate(self.data_len);
-        stream.message_ends.truncate(self.ends_len);
+        stream.messages.truncate(self.messages_next);
+        stream.first_record = self.first_record;
         if let Some((id, previous)) = self.producer {
             match previous {
                 Some(state) => stream.producers.insert(id, state),
@@ -539,15 +559,16 @@ fn push_data(stream: &mut Stream, data: Vec<u8>) {
     let base = stream.head_tail();
     if stream.json {
         for newline in memchr::memchr_iter(b'\n', &data) {
-            stream.message_ends.push(base + newline as u64 + 1);
+            stream.messages.push(base + newline as u64 + 1);
         }
     } else {
-        stream.message_ends.push(base + data.len() as u64);
+        stream.messages.push(base + data.len() as u64);
     }
     stream.data.push(data);
-    debug_assert_eq!(
-        stream.message_ends.last().copied(),
-        Some(stream.head_tail())
+    assert_eq!(
+        stream.messages.end(),
+        stream.head_tail(),
+        "canonical JSON ends every message with a newline"
     );
 }
 
