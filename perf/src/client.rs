@@ -42,6 +42,7 @@ pub struct Reply {
     pub status: StatusCode,
     pub next_offset: Option<String>,
     pub up_to_date: bool,
+    pub content_type: Option<String>,
     pub body_len: usize,
     /// The whole response body (already read; cloning is cheap).
     pub body: Bytes,
@@ -117,11 +118,16 @@ impl Conn {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let up_to_date = headers.contains_key("stream-up-to-date");
+        let content_type = headers
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let body = response.into_body().collect().await?.to_bytes();
         Ok(Reply {
             status,
             next_offset,
             up_to_date,
+            content_type,
             body_len: body.len(),
             body,
         })

@@ -4,8 +4,10 @@
 
 mod append;
 mod batch;
+mod bootstrap;
 mod catchup;
 mod client;
+mod multipart;
 mod null_server;
 mod stats;
 
@@ -40,6 +42,8 @@ enum Command {
     Append(append::AppendArgs),
     /// Closed-loop append-batch requests (extensions §4) to N streams.
     Batch(batch::BatchArgs),
+    /// Bootstrap (extensions §3) of a stream with a snapshot and M retained messages.
+    Bootstrap(bootstrap::BootstrapArgs),
     /// Pre-fill one stream, then C clients read it from the start.
     Catchup(catchup::CatchupArgs),
     /// A keep-alive HTTP/1.1 server answering 204 to anything.
@@ -64,6 +68,7 @@ fn main() {
         match cli.command {
             Command::Append(args) => append::run(args).await,
             Command::Batch(args) => batch::run(args).await,
+            Command::Bootstrap(args) => bootstrap::run(args).await,
             Command::Catchup(args) => catchup::run(args).await,
             Command::NullServer(args) => null_server::run(args).await,
         }
