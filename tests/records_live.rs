@@ -18,17 +18,6 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(5);
 
-fn values(range: std::ops::Range<u64>) -> Vec<Value> {
-    range.map(|i| json!({"n": i})).collect()
-}
-
-/// A JSON stream holding `{"n":0}`..`{"n":4}` (appended as `[0,1]`, `2`, `[3,4]`).
-fn five(s: &Server, path: &str) {
-    create(s, path, &body_of(&values(0..2)));
-    append(s, path, &serde_json::to_vec(&json!({"n": 2})).unwrap());
-    append(s, path, &body_of(&values(3..5)));
-}
-
 fn append_values(s: &Server, path: &str, range: std::ops::Range<u64>) -> Response {
     append(s, path, &body_of(&values(range)))
 }
@@ -426,7 +415,7 @@ fn ordinals_survive_sigkill() {
 fn retention_by_record_survives_sigkill() {
     let mut s = start();
     let mut paths = Vec::new();
-    for path in both("kill-retain") {
+    for path in [bucketed("kill-retain"), bucketed("kill-retain-b")] {
         five(&s, &path);
         let at = format!("{path}/snapshot?record=3");
         assert_eq!(

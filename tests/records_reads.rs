@@ -12,19 +12,6 @@ use common::{Response, Server, enc, req};
 use records_helpers::*;
 use serde_json::{Value, json};
 
-/// `{"n": i}` for i in `range`.
-fn values(range: std::ops::Range<u64>) -> Vec<Value> {
-    range.map(|i| json!({"n": i})).collect()
-}
-
-/// A JSON stream holding records `{"n":0}`..`{"n":4}`, appended as
-/// `[0,1]`, `2`, `[3,4]` so record boundaries fall inside appends too.
-fn five(s: &Server, path: &str) {
-    create(s, path, &body_of(&values(0..2)));
-    append(s, path, &serde_json::to_vec(&json!({"n": 2})).unwrap());
-    append(s, path, &body_of(&values(3..5)));
-}
-
 /// Asserts a successful record read: coordinates, values, tail offset.
 fn assert_read(
     s: &Server,
@@ -73,7 +60,7 @@ fn record_now_is_an_empty_read_at_the_tail() {
     for path in both("now") {
         create(&s, &path, b"");
         assert_read(&s, &path, "record=now", (0, 0, 0), &[]);
-        five(&s, &path);
+        append(&s, &path, &body_of(&values(0..5)));
         let r = assert_read(&s, &path, "record=now", (0, 5, 5), &[]);
         assert!(r.body.is_empty());
         assert_eq!(next_offset(&r), next_offset(&head(&s, &path)));
@@ -165,7 +152,7 @@ fn record_at_the_tail_is_an_up_to_date_empty_read() {
     for path in both("at-tail") {
         create(&s, &path, b"");
         assert_read(&s, &path, "record=0", (0, 0, 0), &[]);
-        five(&s, &path);
+        append(&s, &path, &body_of(&values(0..5)));
         let r = assert_read(&s, &path, "record=5", (0, 5, 5), &[]);
         assert!(r.body.is_empty());
         assert!(is_true(&r, "stream-up-to-date"));
@@ -456,52 +443,51 @@ fn envelope_reads_change_nothing_canonical() {
     // ETags for the canonical representation, snapshots, bootstrap data,
     // or ordinary reads."
     let s = start();
-    for path in both("envelope-canon") {
-        five(&s, &path);
-        let snapshot = format!("{path}/snapshot?record=2");
-        let published = req(
-            s.addr,
-            "PUT",
-            &snapshot,
-            &[("Content-Type", "application/x-state")],
-            b"S",
-        );
-        assert_eq!(published.status, 204, "{}", published.text());
-        let observe = |s: &Server| {
-            let plain = get(s, &path, "offset=-1");
-            let canon = read_records(s, &path, "record=0");
-            let h = head(s, &path);
-            let (_, parts) = bootstrap(s, &path);
+    let path = bucketed("envelope-canon");
+    five(&s, &path);
+    let snapshot = format!("{path}/snapshot?record=2");
+    let published = req(
+        s.addr,
+        "PUT",
+        &snapshot,
+        &[("Content-Type", "application/x-state")],
+        b"S",
+    );
+    assert_eq!(published.status, 204, "{}", published.text());
+    let observe = |s: &Server| {
+        let plain = get(s, &path, "offset=-1");
+        let canon = read_records(s, &path, "record=0");
+        let h = head(s, &path);
+        let (_, parts) = bootstrap(s, &path);
+        (
+            (plain.header("etag").map(str::to_string), plain.body),
+            (canon.header("etag").map(str::to_string), canon.body),
             (
-                (plain.header("etag").map(str::to_string), plain.body),
-                (canon.header("etag").map(str::to_string), canon.body),
-                (
-                    next_offset(&h),
-                    h.header("stream-snapshot-offset").map(str::to_string),
-                ),
-                first_next(s, &path),
-                parts,
-            )
-        };
-        let before = observe(&s);
-        for query in [
-            "record=0&record_view=envelope",
-            "tail_records=3&record_view=envelope",
-        ] {
-            assert_eq!(get(&s, &path, query).status, 200);
-        }
-        assert_eq!(observe(&s), before);
-        // The canonical ETag still validates the canonical representation.
-        if let Some(etag) = &before.0.0 {
-            let r = req(
-                s.addr,
-                "GET",
-                &format!("{path}?offset=-1"),
-                &[("If-None-Match", etag)],
-                b"",
-            );
-            assert_eq!(r.status, 304);
-        }
+                next_offset(&h),
+                h.header("stream-snapshot-offset").map(str::to_string),
+            ),
+            first_next(s, &path),
+            parts,
+        )
+    };
+    let before = observe(&s);
+    for query in [
+        "record=0&record_view=envelope",
+        "tail_records=3&record_view=envelope",
+    ] {
+        assert_eq!(get(&s, &path, query).status, 200);
+    }
+    assert_eq!(observe(&s), before);
+    // The canonical ETag still validates the canonical representation.
+    if let Some(etag) = &before.0.0 {
+        let r = req(
+            s.addr,
+            "GET",
+            &format!("{path}?offset=-1"),
+            &[("If-None-Match", etag)],
+            b"",
+        );
+        assert_eq!(r.status, 304);
     }
 }
 
@@ -522,41 +508,40 @@ fn snapshot_by_record_resolves_to_that_records_first_byte() {
     // "The server resolves the stable record ordinal to the canonical byte
     // boundary before applying the operation."
     let s = start();
-    for path in both("snap-record") {
-        create(&s, &path, b"");
-        let acks: Vec<String> = (0..5)
-            .map(|i| next_offset(&append(&s, &path, format!("{i}").as_bytes())))
-            .collect();
-        // O(3) is the offset after record 2.
-        let r = put(&s, &path, "snapshot?record=3", b"state-3");
-        assert_eq!(r.status, 204, "{}", r.text());
-        assert!(r.header("stream-snapshot-digest").is_some());
-        let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
-        assert_eq!(latest.status, 307);
-        let location = latest.header("location").unwrap();
-        assert!(
-            location.ends_with(&format!("/snapshot/{}", acks[2])),
-            "{location} vs {}",
-            acks[2]
-        );
-        assert_eq!(
-            head(&s, &path).header("stream-snapshot-offset"),
-            Some(acks[2].as_str())
-        );
-        // At the tail is allowed; beyond it is not.
-        assert_eq!(put(&s, &path, "snapshot?record=5", b"state-5").status, 204);
-        assert_eq!(
-            head(&s, &path).header("stream-snapshot-offset"),
-            Some(acks[4].as_str())
-        );
-        let r = put(&s, &path, "snapshot?record=6", b"state-6");
-        assert!((400..500).contains(&r.status), "beyond N: {}", r.status);
-        assert_eq!(put(&s, &path, "snapshot?record=abc", b"x").status, 400);
-        assert_eq!(
-            head(&s, &path).header("stream-snapshot-offset"),
-            Some(acks[4].as_str())
-        );
-    }
+    let path = bucketed("snap-record");
+    create(&s, &path, b"");
+    let acks: Vec<String> = (0..5)
+        .map(|i| next_offset(&append(&s, &path, format!("{i}").as_bytes())))
+        .collect();
+    // O(3) is the offset after record 2.
+    let r = put(&s, &path, "snapshot?record=3", b"state-3");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert!(r.header("stream-snapshot-digest").is_some());
+    let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
+    assert_eq!(latest.status, 307);
+    let location = latest.header("location").unwrap();
+    assert!(
+        location.ends_with(&format!("/snapshot/{}", acks[2])),
+        "{location} vs {}",
+        acks[2]
+    );
+    assert_eq!(
+        head(&s, &path).header("stream-snapshot-offset"),
+        Some(acks[2].as_str())
+    );
+    // At the tail is allowed; beyond it is not.
+    assert_eq!(put(&s, &path, "snapshot?record=5", b"state-5").status, 204);
+    assert_eq!(
+        head(&s, &path).header("stream-snapshot-offset"),
+        Some(acks[4].as_str())
+    );
+    let r = put(&s, &path, "snapshot?record=6", b"state-6");
+    assert!((400..500).contains(&r.status), "beyond N: {}", r.status);
+    assert_eq!(put(&s, &path, "snapshot?record=abc", b"x").status, 400);
+    assert_eq!(
+        head(&s, &path).header("stream-snapshot-offset"),
+        Some(acks[4].as_str())
+    );
 }
 
 #[test]
@@ -610,41 +595,40 @@ fn retention_by_record_advances_first_and_keeps_ordinals() {
     // "A trimmed ordinal MUST return 410 Gone; surviving records keep their
     // original ordinals." "N - F equals the number of retained logical messages."
     let s = start();
-    for path in both("retain") {
-        five(&s, &path);
-        let o1 = next_offset(&read_records(&s, &path, "record=0&max_records=1"));
-        assert_eq!(put(&s, &path, "snapshot?record=4", b"upto-4").status, 204);
-        let r = put(&s, &path, "retention?record=2", b"");
-        assert_eq!(r.status, 204, "{}", r.text());
-        assert_eq!(first_next(&s, &path), (2, 5));
-        let r = assert_read(&s, &path, "record=2", (2, 2, 5), &values(2..5));
-        assert_eq!(lines(&r.body).len(), 3, "N - F retained records");
-        for gone in ["record=1", "record=0"] {
-            let r = assert_status(&s, &path, gone, 410);
-            assert_eq!(
-                (
-                    num(&r, "stream-record-first"),
-                    num(&r, "stream-record-next")
-                ),
-                (2, 5)
-            );
-            assert_token(&r, gone);
-        }
-        assert_read(&s, &path, "tail_records=100", (2, 2, 5), &values(2..5));
+    let path = bucketed("retain");
+    five(&s, &path);
+    let o1 = next_offset(&read_records(&s, &path, "record=0&max_records=1"));
+    assert_eq!(put(&s, &path, "snapshot?record=4", b"upto-4").status, 204);
+    let r = put(&s, &path, "retention?record=2", b"");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(first_next(&s, &path), (2, 5));
+    let r = assert_read(&s, &path, "record=2", (2, 2, 5), &values(2..5));
+    assert_eq!(lines(&r.body).len(), 3, "N - F retained records");
+    for gone in ["record=1", "record=0"] {
+        let r = assert_status(&s, &path, gone, 410);
         assert_eq!(
-            get_at(&s, &path, &o1).status,
-            410,
-            "offsets before F are gone too"
+            (
+                num(&r, "stream-record-first"),
+                num(&r, "stream-record-next")
+            ),
+            (2, 5)
         );
-        assert_eq!(
-            offset_read_values(&path, &get(&s, &path, "offset=-1")),
-            values(2..5)
-        );
-        assert_eq!(append_range(&s, &path, br#"{"n":5}"#), (5, 6));
-        assert_eq!(put(&s, &path, "retention?record=4", b"").status, 204);
-        assert_eq!(first_next(&s, &path), (4, 6));
-        assert_read(&s, &path, "record=4", (4, 4, 6), &values(4..6));
+        assert_token(&r, gone);
     }
+    assert_read(&s, &path, "tail_records=100", (2, 2, 5), &values(2..5));
+    assert_eq!(
+        get_at(&s, &path, &o1).status,
+        410,
+        "offsets before F are gone too"
+    );
+    assert_eq!(
+        offset_read_values(&path, &get(&s, &path, "offset=-1")),
+        values(2..5)
+    );
+    assert_eq!(append_range(&s, &path, br#"{"n":5}"#), (5, 6));
+    assert_eq!(put(&s, &path, "retention?record=4", b"").status, 204);
+    assert_eq!(first_next(&s, &path), (4, 6));
+    assert_read(&s, &path, "record=4", (4, 4, 6), &values(4..6));
 }
 
 #[test]
@@ -684,46 +668,45 @@ fn retention_by_record_is_bounded_by_the_snapshot_and_never_moves_back() {
 fn bootstrap_of_a_json_stream_has_one_part_per_record() {
     // "Bootstrap update parts MUST preserve one logical JSON message per update part."
     let s = start();
-    for path in both("boot") {
-        create(&s, &path, br#"[{"a":1},{"b":2}]"#);
-        append(&s, &path, br#"{"c":3}"#);
-        append(&s, &path, br#"[{"d":4},{"e":5},{"f":6}]"#);
-        let all = [
-            json!({"a":1}),
-            json!({"b":2}),
-            json!({"c":3}),
-            json!({"d":4}),
-            json!({"e":5}),
-            json!({"f":6}),
-        ];
-        let part_values = |parts: &[(String, Vec<u8>)]| -> Vec<Value> {
-            parts
-                .iter()
-                .map(|(ct, body)| {
-                    assert!(ct.starts_with(JSON), "{ct}");
-                    serde_json::from_slice(body).unwrap_or_else(|e| {
-                        panic!(
-                            "one JSON message per part ({e}): {:?}",
-                            String::from_utf8_lossy(body)
-                        )
-                    })
+    let path = bucketed("boot");
+    create(&s, &path, br#"[{"a":1},{"b":2}]"#);
+    append(&s, &path, br#"{"c":3}"#);
+    append(&s, &path, br#"[{"d":4},{"e":5},{"f":6}]"#);
+    let all = [
+        json!({"a":1}),
+        json!({"b":2}),
+        json!({"c":3}),
+        json!({"d":4}),
+        json!({"e":5}),
+        json!({"f":6}),
+    ];
+    let part_values = |parts: &[(String, Vec<u8>)]| -> Vec<Value> {
+        parts
+            .iter()
+            .map(|(ct, body)| {
+                assert!(ct.starts_with(JSON), "{ct}");
+                serde_json::from_slice(body).unwrap_or_else(|e| {
+                    panic!(
+                        "one JSON message per part ({e}): {:?}",
+                        String::from_utf8_lossy(body)
+                    )
                 })
-                .collect()
-        };
-        let (h, parts) = bootstrap(&s, &path);
-        assert_optional_record_headers(&h, (0, 6));
-        assert_eq!(parts[0].1, b"", "no snapshot: an empty first part");
-        assert_eq!(part_values(&parts[1..]), all);
-        assert_eq!(put(&s, &path, "snapshot?record=3", b"upto-3").status, 204);
-        assert_eq!(put(&s, &path, "retention?record=3", b"").status, 204);
-        let (h, parts) = bootstrap(&s, &path);
-        assert_optional_record_headers(&h, (3, 6));
-        assert_eq!(
-            parts[0],
-            ("application/x-state".to_string(), b"upto-3".to_vec())
-        );
-        assert_eq!(part_values(&parts[1..]), all[3..]);
-    }
+            })
+            .collect()
+    };
+    let (h, parts) = bootstrap(&s, &path);
+    assert_optional_record_headers(&h, (0, 6));
+    assert_eq!(parts[0].1, b"", "no snapshot: an empty first part");
+    assert_eq!(part_values(&parts[1..]), all);
+    assert_eq!(put(&s, &path, "snapshot?record=3", b"upto-3").status, 204);
+    assert_eq!(put(&s, &path, "retention?record=3", b"").status, 204);
+    let (h, parts) = bootstrap(&s, &path);
+    assert_optional_record_headers(&h, (3, 6));
+    assert_eq!(
+        parts[0],
+        ("application/x-state".to_string(), b"upto-3".to_vec())
+    );
+    assert_eq!(part_values(&parts[1..]), all[3..]);
 }
 
 /// "Snapshot and bootstrap responses SHOULD include Stream-Record-First and

@@ -441,3 +441,56 @@ fn sigkill_during_retention_keeps_retained_data_contiguous() {
         );
     });
 }
+
+/// Percent-encodes every byte, as a client may do with any offset.
+fn encode_all(s: &str) -> String {
+    s.bytes().map(|b| format!("%{b:02X}")).collect()
+}
+
+/// extensions §8: offsets in path segments are URL-decoded, so a fully
+/// percent-encoded offset names the same snapshot and retention point.
+#[test]
+fn offsets_in_path_segments_are_url_decoded() {
+    let s = start_with_bucket(&["--cores", "1"]);
+    let path = format!("/{BUCKET}/encoded");
+    let json = [("Content-Type", "application/json")];
+    assert_eq!(req(s.addr, "PUT", &path, &json, b"").status, 201);
+    let at = offset_after(&s, &path, br#"{"op":1}"#);
+    let encoded = encode_all(&at);
+    assert_ne!(encoded, at);
+    let publish = req(
+        s.addr,
+        "PUT",
+        &format!("{path}/snapshot/{encoded}"),
+        &[("Content-Type", "text/plain")],
+        b"state",
+    );
+    assert_eq!(publish.status, 204, "{}", publish.text());
+    let read = req(
+        s.addr,
+        "GET",
+        &format!("{path}/snapshot/{encoded}"),
+        &[],
+        b"",
+    );
+    assert_eq!((read.status, read.body.as_slice()), (200, &b"state"[..]));
+    assert_eq!(read.header("stream-snapshot-offset"), Some(at.as_str()));
+    let retain = req(
+        s.addr,
+        "PUT",
+        &format!("{path}/retention/{encoded}"),
+        &[],
+        b"",
+    );
+    assert_eq!(retain.status, 204, "{}", retain.text());
+    let before = req(
+        s.addr,
+        "GET",
+        &format!("{path}?offset=0000000000000000_0000000000000000"),
+        &[],
+        b"",
+    );
+    assert_eq!(before.status, 410);
+    let bad = req(s.addr, "GET", &format!("{path}/snapshot/%ZZ"), &[], b"");
+    assert_eq!(bad.status, 400);
+}

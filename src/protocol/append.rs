@@ -155,16 +155,16 @@ fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
 }
 
 /// §6.3: a deduplicated retry answers the record range of the original
-/// append when it was the producer's latest and its range is still known;
-/// otherwise (an older sequence, or a write that created no records) the
-/// record tail for both.
+/// append while the producer's recent writes still hold it; otherwise (a
+/// long-past sequence, or a write that created no records) the record tail
+/// for both.
 fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
     let tail = stream.messages.next();
     let original = stream
         .producers
         .get(&p.id)
-        .filter(|s| s.epoch == p.epoch && s.last_seq == p.seq)
-        .and_then(|s| s.last_range)
+        .filter(|s| s.epoch == p.epoch)
+        .and_then(|s| s.recent.range_of(p.seq))
         .and_then(|(start, end)| {
             let ordinal = |at| stream.messages.ordinal_at(at);
             Some((ordinal(start)?, ordinal(end)?))

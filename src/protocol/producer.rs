@@ -73,7 +73,7 @@ mod tests {
     const S: ProducerState = ProducerState {
         epoch: 2,
         last_seq: 5,
-        last_range: None,
+        recent: crate::stream::state::RecentWrites::EMPTY,
     };
 
     #[test]

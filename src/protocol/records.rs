@@ -5,7 +5,6 @@
 //! on every `application/json` stream, on both surfaces; ordinals come from
 //! the stream's `RecordIndex`.
 
-use super::producer::parse_integer;
 use super::response::{Response, bad_request};
 use super::{Request, offset};
 use crate::stream::Stream;
@@ -58,8 +57,12 @@ pub fn check_match(req: &Request, stream: &Stream) -> Result<(), Response> {
             "Stream-Record-Match needs a stream with JSON record coordinates",
         ));
     }
-    let expected = parse_integer(text.trim())
-        .ok_or_else(|| bad_request("Stream-Record-Match must be an unsigned integer"))?;
+    let text = text.trim();
+    let expected = text
+        .parse::<u64>()
+        .ok()
+        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
+        .ok_or_else(|| bad_request("Stream-Record-Match must be an unsigned 64-bit integer"))?;
     let next = stream.messages.next();
     if expected == next {
         return Ok(());
@@ -112,9 +115,15 @@ fn single<'a>(req: &'a Request, name: &str) -> Result<Option<&'a str>, Response>
     }
 }
 
+/// A non-negative decimal integer; one too big for u64 saturates (it is
+/// past any tail, which the caller reports).
 fn ordinal(name: &str, text: &str) -> Result<u64, Response> {
-    parse_integer(text)
-        .ok_or_else(|| bad_request(&format!("{name} must be a non-negative integer")))
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad_request(&format!(
+            "{name} must be a non-negative integer"
+        )));
+    }
+    Ok(text.parse().unwrap_or(u64::MAX))
 }
 
 /// Parses §6.6/§6.8 parameters: `None` for an ordinary read. Every rule

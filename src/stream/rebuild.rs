@@ -11,7 +11,7 @@ use super::codec::{self, Entry, StreamImage};
 use super::command::{Command, ProducerWrite};
 use super::data::{Extent, StreamData};
 use super::records::RecordIndex;
-use super::state::{ProducerState, Stream};
+use super::state::{ProducerState, RecentWrites, Stream};
 use super::table::{Table, incarnation_id};
 
 /// Where a record's data bytes are: (segment, file position).
@@ -34,13 +34,10 @@ pub struct Rebuild {
     placed: HashMap<u64, BTreeMap<u64, Piece>>,
     /// Bucket id -> creation time.
     pub registry: BTreeMap<String, u64>,
-    /// The offsets each producer's latest append wrote, by (stream id,
-    /// producer id), so a retry answers its range.
-    ranges: HashMap<(u64, String), ProducerRange>,
+    /// The offsets each producer's latest appends wrote, by (stream id,
+    /// producer id), with their epoch, so a retry answers its range.
+    ranges: HashMap<(u64, String), (u64, RecentWrites)>,
 }
-
-/// A producer append's (epoch, seq) and the offsets `[start, end)` it wrote.
-type ProducerRange = (u64, u64, (u64, u64));
 
 impl Rebuild {
     /// Replays one committed record, whose stream data (if any) is at
@@ -123,8 +120,11 @@ impl Rebuild {
                 self.place(stream_id, start, &data, location, json);
                 if let Some(p) = &producer {
                     let range = (start, start + data.len() as u64);
-                    self.ranges
-                        .insert((stream_id, p.id.clone()), (p.epoch, p.seq, range));
+                    let entry = self.ranges.entry((stream_id, p.id.clone())).or_default();
+                    if entry.0 != p.epoch {
+                        *entry = (p.epoch, RecentWrites::default());
+                    }
+                    entry.1.record(p.seq, range);
                 }
                 let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id)
                 else {
@@ -249,15 +249,15 @@ impl Rebuild {
 }
 
 impl Rebuild {
-    /// Gives each producer the range of its latest append, when the log
-    /// still holds that append's record.
+    /// Gives each producer the ranges of its latest appends whose records
+    /// the log still holds.
     fn restore_ranges(&self, stream: &mut Stream) {
         for (id, state) in stream.producers.iter_mut() {
             let found = self.ranges.get(&(stream.id, id.clone()));
-            if let Some(&(epoch, seq, range)) = found
-                && (epoch, seq) == (state.epoch, state.last_seq)
+            if let Some(&(epoch, recent)) = found
+                && epoch == state.epoch
             {
-                state.last_range = Some(range);
+                state.recent = recent;
             }
         }
     }
@@ -330,7 +330,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
                 ProducerState {
                     epoch: p.epoch,
                     last_seq: p.seq,
-                    last_range: None,
+                    recent: RecentWrites::default(),
                 },
             )
         })

@@ -11,10 +11,43 @@ use super::records::RecordIndex;
 pub struct ProducerState {
     pub epoch: u64,
     pub last_seq: u64,
-    /// Offsets `[start, end)` the append with `last_seq` wrote, so that its
-    /// retry answers the original range (extensions §6.3); `None` when
-    /// unknown (a close, or the record was cleaned away before a restart).
-    pub last_range: Option<(u64, u64)>,
+    /// Offsets the latest appends of this epoch wrote, so that a retry
+    /// answers its original range (extensions §6.3).
+    pub recent: RecentWrites,
+}
+
+/// How many of a producer's latest appends keep their offsets: enough for
+/// the requests a pipelining client has in flight.
+pub const RECENT_WRITES: usize = 8;
+
+/// The offsets `[start, end)` of a producer's latest appends, by sequence
+/// (a ring indexed by `seq % RECENT_WRITES`). A sequence whose slot was
+/// reused, or whose record was cleaned away before a restart, is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentWrites {
+    slots: [(u64, u64, u64); RECENT_WRITES],
+}
+
+impl Default for RecentWrites {
+    fn default() -> Self {
+        RecentWrites::EMPTY
+    }
+}
+
+impl RecentWrites {
+    /// Sequences stay below 2^53, so u64::MAX marks an empty slot.
+    pub const EMPTY: RecentWrites = RecentWrites {
+        slots: [(u64::MAX, 0, 0); RECENT_WRITES],
+    };
+
+    pub fn record(&mut self, seq: u64, (start, end): (u64, u64)) {
+        self.slots[seq as usize % RECENT_WRITES] = (seq, start, end);
+    }
+
+    pub fn range_of(&self, seq: u64) -> Option<(u64, u64)> {
+        let (at, start, end) = self.slots[seq as usize % RECENT_WRITES];
+        (at == seq).then_some((start, end))
+    }
 }
 
 /// A published snapshot: its blob lives in a file of its own.

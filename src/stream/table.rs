@@ -498,16 +498,20 @@ fn record_producer(
     producer: Option<&ProducerWrite>,
     range: Option<(u64, u64)>,
 ) {
-    if let Some(p) = producer {
-        stream.producers.insert(
-            p.id.clone(),
-            ProducerState {
-                epoch: p.epoch,
-                last_seq: p.seq,
-                last_range: range,
-            },
-        );
+    let Some(p) = producer else { return };
+    let mut recent = match stream.producers.get(&p.id) {
+        Some(state) if state.epoch == p.epoch => state.recent,
+        _ => Default::default(),
+    };
+    if let Some(range) = range {
+        recent.record(p.seq, range);
     }
+    let state = ProducerState {
+        epoch: p.epoch,
+        last_seq: p.seq,
+        recent,
+    };
+    stream.producers.insert(p.id.clone(), state);
 }
 
 impl WriteUndo {

@@ -524,3 +524,20 @@ pub fn data_values(e: &Event) -> Vec<Value> {
         })
         .collect()
 }
+
+/// `{"n": i}` for i in `range`.
+pub fn values(range: std::ops::Range<u64>) -> Vec<Value> {
+    range.map(|i| serde_json::json!({"n": i})).collect()
+}
+
+/// A JSON stream holding records `{"n":0}`..`{"n":4}`, appended as
+/// `[0,1]`, `2`, `[3,4]` so record boundaries fall inside appends too.
+pub fn five(s: &Server, path: &str) {
+    create(s, path, &body_of(&values(0..2)));
+    append(
+        s,
+        path,
+        &serde_json::to_vec(&serde_json::json!({"n": 2})).unwrap(),
+    );
+    append(s, path, &body_of(&values(3..5)));
+}
