@@ -3,8 +3,8 @@
 #   1. cargo fmt --all -- --check
 #   2. cargo clippy --all-targets -- -D warnings
 #   3. cargo test --all-targets
-#   4. scripts/conformance.sh --cores 1
-#   5. scripts/conformance.sh --cores 2
+#   4. scripts/conformance.sh --cores 1 --forks (the whole suite but subscriptions)
+#   5. scripts/conformance.sh --cores 2 --forks
 # then a summary. Stops at the first failing step.
 # CONFORMANCE_ARGS (word-split) is passed to both conformance runs, e.g.
 # CONFORMANCE_ARGS='--only=^HTTP.Protocol' scripts/test.sh
@@ -44,9 +44,9 @@ step "cargo fmt --all -- --check" "$LOGDIR/fmt.log" cargo fmt --all -- --check
 step "cargo clippy --all-targets -- -D warnings" "$LOGDIR/clippy.log" \
   cargo clippy --all-targets -- -D warnings
 step "cargo test --all-targets" "$LOGDIR/test.log" cargo test --all-targets
-step "scripts/conformance.sh --cores 1" "$LOGDIR/conf1.log" "$ROOT/scripts/conformance.sh" --cores 1 \
+step "scripts/conformance.sh --cores 1 --forks" "$LOGDIR/conf1.log" "$ROOT/scripts/conformance.sh" --cores 1 --forks \
   ${CONFORMANCE_ARGS:-}
-step "scripts/conformance.sh --cores 2" "$LOGDIR/conf2.log" "$ROOT/scripts/conformance.sh" --cores 2 \
+step "scripts/conformance.sh --cores 2 --forks" "$LOGDIR/conf2.log" "$ROOT/scripts/conformance.sh" --cores 2 --forks \
   ${CONFORMANCE_ARGS:-}
 
 # ---- summary -------------------------------------------------------------------

@@ -155,6 +155,8 @@ fn expected() -> Vec<Entry> {
             snapshot: None,
             retained: 0,
             first_record: 0,
+            fork: None,
+            soft_deleted: false,
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

@@ -95,6 +95,7 @@ fn recreate(
         && existing.ttl_secs == lifetime.ttl_secs
         && existing.expires_at_ms == lifetime.expires_at_ms
         && existing.closed == closed
+        && existing.fork.is_none()
         && same_attrs;
     if !matches {
         return conflict(

@@ -11,6 +11,7 @@ pub mod buckets;
 pub mod content_type;
 pub mod create;
 pub mod cursor;
+pub mod fork;
 pub mod headers;
 pub mod json;
 pub mod offset;

@@ -102,7 +102,7 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
         } => {
             let _ = reply.send(scan(shard, &bucket, &prefix));
         }
-        MeshMsg::Handoff { .. } | MeshMsg::Shutdown => unreachable!("handled by the inbox loop"),
+        _ => unreachable!("handled by the inbox loop or the fork module"),
     }
 }
 
@@ -112,7 +112,7 @@ fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
     let table = shard.table.borrow();
     table
         .keys_with_prefix(&key_prefix)
-        .filter(|(_, stream)| stream.visible && !stream.is_expired(now_ms))
+        .filter(|(_, s)| s.visible && !s.soft_deleted && !s.is_expired(now_ms))
         .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
         .collect()
 }

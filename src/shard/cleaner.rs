@@ -10,7 +10,9 @@
 //! - its stream deletes and bucket records, when an older segment remains
 //!   (there they would otherwise resurrect what they removed).
 //!
-//! Each pass also sweeps snapshot blobs no stream refers to any more.
+//! Each pass also sweeps snapshot blobs no stream refers to any more and
+//! collects soft-deleted streams without forks; it skips cleaning while a
+//! fork copy is in flight (its staged records belong to no stream yet).
 //!
 //! Crash safety: the segment is removed only after the copies are durable;
 //! recovery reads both copies the same way (data is placed by incarnation
@@ -37,7 +39,11 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
         super::snapshot::sweep_shard(&shard);
+        super::fork::sweep(&shard);
         while let Some(victim) = choose_victim(&shard, &storage) {
+            if shard.table.borrow().has_staged() {
+                break;
+            }
             match clean(&shard, &storage, victim).await {
                 Ok(()) => eprintln!("rill: shard {}: cleaned segment {victim}", shard.index),
                 Err(e) => {

@@ -122,6 +122,14 @@ pub enum Effect {
         stream_id: u64,
         start: u64,
     },
+    /// A fork's inherited bytes: staged for its FORK command once committed.
+    Stage {
+        stream_id: u64,
+        start: u64,
+        len: u64,
+        /// Message ends inside the bytes.
+        ends: Vec<u64>,
+    },
     /// Nothing changes in memory (a metadata image).
     Nothing,
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, batch, bootstrap, buckets, live, snapshot};
+use super::{Shard, batch, bootstrap, buckets, fork, live, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
@@ -107,6 +107,27 @@ pub async fn handle(
     respond(socket, reply, keep, is_head).await
 }
 
+/// Forks and soft deletes (PROTOCOL.md §4.2): the answer to a request on
+/// a soft-deleted stream, a fork PUT, or a DELETE (soft when forks exist);
+/// `None` for everything else.
+async fn lifecycle(shard: &Rc<Shard>, sr: &StreamRequest<'_>, req: &Request<'_>) -> Option<Response> {
+    let method = sr.head.method;
+    let soft = shard.table.borrow().get(sr.key).is_some_and(|s| s.soft_deleted);
+    if soft {
+        return Some(protocol::fork::soft_deleted_reply(method == Method::Put));
+    }
+    match method {
+        Method::Put if !sr.attrs => match protocol::fork::parse(req) {
+            Ok(None) => None,
+            Err(reply) => Some(reply),
+            Ok(Some(_)) if shard.commit_queue_full() => Some(queue_full()),
+            Ok(Some(request)) => Some(fork::create(shard, req, request).await),
+        },
+        Method::Delete if !sr.attrs => Some(fork::delete(shard, sr.key).await),
+        _ => None,
+    }
+}
+
 /// Extensions "Capability Advertisement": a reply about a stream carries
 /// the tokens active for it (reads and bootstrap add theirs as they render).
 fn advertised(shard: &Shard, key: &str, reply: Response) -> Response {
@@ -170,6 +191,10 @@ async fn stream_request(
         now_ms,
         jitter_seed: shard.next_random(),
     };
+    if let Some(reply) = lifecycle(shard, &sr, &req).await {
+        let reply = advertised(shard, sr.key, reply);
+        return respond(socket, reply, keep, is_head).await;
+    }
     let action = match sr.attrs {
         true => protocol::attrs::decide(&req, &shard.table.borrow()),
         false => protocol::decide_stream(&req, &shard.table.borrow()),

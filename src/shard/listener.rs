@@ -9,7 +9,9 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
-use super::{Shard, buckets, cleaner, conn, guard, placement, snapshot, startup, store, writer};
+use super::{
+    Shard, buckets, cleaner, conn, fork, guard, placement, snapshot, startup, store, writer,
+};
 use crate::config::Config;
 use crate::stream::Command;
 use crate::stream::codec::Entry;
@@ -216,6 +218,9 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<MeshMsg>) {
                 shard.begin_stop();
                 break;
             }
+            msg @ (MeshMsg::ForkSource { .. }
+            | MeshMsg::ForkRefs { .. }
+            | MeshMsg::ForkReleased { .. }) => fork::handle_mesh(&shard, msg),
             other => buckets::handle_mesh(&shard, other),
         }
     }

@@ -1,6 +1,7 @@
 //! The mesh: bounded-latency message passing between shards (flume channels
 //! woken through monoio's cross-thread unpark). Carries connection handoffs,
-//! bucket registry replication, scatter-gather queries and shutdown.
+//! bucket registry replication, scatter-gather queries, fork copies and
+//! shutdown.
 
 use std::net::TcpStream as StdTcpStream;
 
@@ -31,6 +32,21 @@ pub enum MeshMsg {
         bucket: String,
         ack: flume::Sender<bool>,
     },
+    /// Lend the stream `key` to a fork (PROTOCOL.md §4.2): its plan, then
+    /// its inherited bytes, through `tx`.
+    ForkSource {
+        key: String,
+        spec: crate::protocol::fork::ForkSpec,
+        tx: flume::Sender<super::fork::Lent>,
+    },
+    /// How many forks of source incarnation `source_id` this shard holds.
+    ForkRefs {
+        source_id: u64,
+        reply: flume::Sender<usize>,
+    },
+    /// A fork of `source` was deleted: delete the source if it is
+    /// soft-deleted and has no fork left.
+    ForkReleased { source: String, source_id: u64 },
     /// Summaries of this shard's streams of `bucket` whose id starts with `prefix`.
     ScanBucket {
         bucket: String,

@@ -9,6 +9,7 @@ pub mod cleaner;
 pub mod commit;
 pub mod conn;
 pub mod dispatch;
+pub mod fork;
 pub mod guard;
 pub mod listener;
 pub mod live;
@@ -150,9 +151,33 @@ impl Shard {
         let committed = self.commits.committed(seq, base, synced);
         for done in &committed {
             match &done.effect {
-                Effect::Stream { applied, .. } => {
+                Effect::Stream { applied, undo } => {
                     if self.table.borrow_mut().publish(applied, done.location) {
                         self.waiters.notify(&applied.key);
+                    }
+                    if let crate::stream::table::Undo::Delete {
+                        stream: Some(deleted),
+                        ..
+                    } = undo
+                        && let Some(origin) = &deleted.fork
+                    {
+                        fork::released(self, origin);
+                    }
+                }
+                Effect::Stage {
+                    stream_id,
+                    start,
+                    len,
+                    ends,
+                } => {
+                    if let Some((segment, pos)) = done.location {
+                        let extent = crate::stream::data::Extent {
+                            start: *start,
+                            len: *len,
+                            segment,
+                            pos,
+                        };
+                        self.table.borrow_mut().stage(*stream_id, extent, ends);
                     }
                 }
                 Effect::Bucket(entry) => buckets::apply_entry(self, entry.clone()),

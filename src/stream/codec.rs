@@ -33,10 +33,15 @@
 //! 10 SNAPSHOT       key str, stream_id u64, snapshot
 //! 11 RETENTION      key str, stream_id u64, offset u64,
 //!                   first_record tail<u64>
+//! 12 FORK           the CREATE fields, then start u64, fork, retained u64,
+//!                   first_record u64
+//! 13 SOFT_DELETE    key str, stream_id u64
 //!
+//! fork              source str, source_id u64, offset u64, sub u64
 //! snapshot          offset u64, content_type str, digest str, len u64
 //!                   (IMAGE ends with opt<snapshot>, retained u64,
-//!                   first_record tail<u64>)
+//!                   first_record tail<u64>, fork tail<opt<fork>>,
+//!                   soft_deleted tail<bool>)
 //! tail<T>           an optional last field added after version 1 was
 //!                   frozen: absent in older records (decoded as 0)
 //!
@@ -55,7 +60,7 @@
 //! Decoding never panics and never allocates more than the payload's length:
 //! every length is checked against the bytes that remain before copying.
 
-use crate::stream::command::{Command, ProducerWrite};
+use crate::stream::command::{Command, ForkOrigin, ProducerWrite};
 use crate::stream::state::Snapshot;
 use std::fmt;
 
@@ -103,6 +108,8 @@ pub struct StreamImage {
     pub retained: u64,
     /// The record ordinal at `retained` (extensions §6.1 F).
     pub first_record: u64,
+    pub fork: Option<ForkOrigin>,
+    pub soft_deleted: bool,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -118,6 +125,8 @@ pub mod kind {
     pub const ATTRS: u8 = 9;
     pub const SNAPSHOT: u8 = 10;
     pub const RETENTION: u8 = 11;
+    pub const FORK: u8 = 12;
+    pub const SOFT_DELETE: u8 = 13;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,14 +179,24 @@ pub fn data_offset(entry: &Entry) -> Option<usize> {
         Entry::Stream(Command::Append { key, .. }) | Entry::Relocate { key, .. } => {
             Some(blob(key.len()) + 16 + 4)
         }
-        Entry::Stream(Command::Create {
-            key,
-            content_type,
-            ttl_secs,
-            expires_at,
-            expires_at_ms,
-            ..
-        }) => Some(
+        Entry::Stream(
+            Command::Create {
+                key,
+                content_type,
+                ttl_secs,
+                expires_at,
+                expires_at_ms,
+                ..
+            }
+            | Command::Fork {
+                key,
+                content_type,
+                ttl_secs,
+                expires_at,
+                expires_at_ms,
+                ..
+            },
+        ) => Some(
             blob(key.len())
                 + blob(content_type.len())
                 + opt(ttl_secs.is_some(), 8)
@@ -245,6 +264,12 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             w.u64(*stream_id);
             kind::DELETE
         }
+        Command::SoftDelete { key, stream_id } => {
+            w.str(key);
+            w.u64(*stream_id);
+            kind::SOFT_DELETE
+        }
+        Command::Fork { .. } => encode_fork(command, w),
         Command::Retain {
             key,
             stream_id,
@@ -307,6 +332,11 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
     }
     w.u64(image.retained);
     w.u64(image.first_record);
+    w.bool(image.fork.is_some());
+    if let Some(origin) = &image.fork {
+        w.fork(origin);
+    }
+    w.bool(image.soft_deleted);
     kind::IMAGE
 }
 
@@ -335,6 +365,59 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
     w.u64(*now_ms);
     w.bytes(attrs);
     kind::CREATE
+}
+
+fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
+    let Command::Fork {
+        key,
+        content_type,
+        ttl_secs,
+        expires_at,
+        expires_at_ms,
+        closed,
+        start,
+        data,
+        now_ms,
+        attrs,
+        origin,
+        retained,
+        first_record,
+    } = command
+    else {
+        unreachable!("encode_fork of a non-fork");
+    };
+    w.str(key);
+    w.str(content_type);
+    w.opt_u64(*ttl_secs);
+    w.opt_str(expires_at.as_deref());
+    w.opt_u64(*expires_at_ms);
+    w.bool(*closed);
+    w.data(data);
+    w.u64(*now_ms);
+    w.bytes(attrs);
+    w.u64(*start);
+    w.fork(origin);
+    w.u64(*retained);
+    w.u64(*first_record);
+    kind::FORK
+}
+
+fn decode_fork(r: &mut Reader<'_>) -> Result<Command, CodecError> {
+    Ok(Command::Fork {
+        key: r.string()?,
+        content_type: r.string()?,
+        ttl_secs: r.opt_u64()?,
+        expires_at: r.opt_string()?,
+        expires_at_ms: r.opt_u64()?,
+        closed: r.bool()?,
+        data: r.bytes()?.to_vec(),
+        now_ms: r.u64()?,
+        attrs: r.bytes()?.to_vec(),
+        start: r.u64()?,
+        origin: r.fork()?,
+        retained: r.u64()?,
+        first_record: r.u64()?,
+    })
 }
 
 fn encode_append(command: &Command, w: &mut Writer<'_>) -> u8 {
@@ -421,6 +504,13 @@ impl Writer<'_> {
         self.u64(value.len);
     }
 
+    fn fork(&mut self, origin: &ForkOrigin) {
+        self.str(&origin.source);
+        self.u64(origin.source_id);
+        self.u64(origin.offset);
+        self.u64(origin.sub);
+    }
+
     fn producer(&mut self, value: Option<&ProducerWrite>) {
         self.bool(value.is_some());
         if let Some(p) = value {
@@ -447,6 +537,11 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             key: r.string()?,
             stream_id: r.u64()?,
         }),
+        kind::SOFT_DELETE => Entry::Stream(Command::SoftDelete {
+            key: r.string()?,
+            stream_id: r.u64()?,
+        }),
+        kind::FORK => Entry::Stream(decode_fork(&mut r)?),
         kind::RELOCATE => Entry::Relocate {
             key: r.string()?,
             stream_id: r.u64()?,
@@ -531,6 +626,11 @@ fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
         },
         retained: r.u64()?,
         first_record: r.tail_u64()?,
+        fork: match r.rest.is_empty() || !r.bool()? {
+            true => None,
+            false => Some(r.fork()?),
+        },
+        soft_deleted: !r.rest.is_empty() && r.bool()?,
     })
 }
 
@@ -621,6 +721,15 @@ impl<'a> Reader<'a> {
             epoch: self.u64()?,
             seq: self.u64()?,
         }))
+    }
+
+    fn fork(&mut self) -> Result<ForkOrigin, CodecError> {
+        Ok(ForkOrigin {
+            source: self.string()?,
+            source_id: self.u64()?,
+            offset: self.u64()?,
+            sub: self.u64()?,
+        })
     }
 
     fn snapshot(&mut self) -> Result<Snapshot, CodecError> {

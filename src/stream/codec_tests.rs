@@ -50,6 +50,33 @@ fn close(full: bool) -> Entry {
 }
 
 /// Every variant, with and without its optional fields.
+fn origin() -> ForkOrigin {
+    ForkOrigin {
+        source: "bkt1/src".into(),
+        source_id: 77,
+        offset: 12,
+        sub: 3,
+    }
+}
+
+fn fork() -> Entry {
+    Entry::Stream(Command::Fork {
+        key: "bkt1/f".into(),
+        content_type: "text/plain".into(),
+        ttl_secs: Some(5),
+        expires_at: None,
+        expires_at_ms: None,
+        closed: true,
+        start: 12,
+        data: b"helXY".to_vec(),
+        now_ms: 9,
+        attrs: Vec::new(),
+        origin: origin(),
+        retained: 4,
+        first_record: 2,
+    })
+}
+
 fn entries() -> Vec<Entry> {
     let mut all = Vec::new();
     for full in [false, true] {
@@ -94,6 +121,8 @@ fn entries() -> Vec<Entry> {
             attrs: br#"{"title":"t"}"#.to_vec(),
             retained: 5,
             first_record: 1,
+            fork: Some(origin()),
+            soft_deleted: true,
             snapshot: Some(Snapshot {
                 offset: 12,
                 content_type: "application/x-loro".into(),
@@ -106,6 +135,11 @@ fn entries() -> Vec<Entry> {
             stream_id: 3,
             offset: 7,
             first_record: 2,
+        }),
+        fork(),
+        Entry::Stream(Command::SoftDelete {
+            key: "bkt1/s".into(),
+            stream_id: 3,
         }),
         Entry::Stream(Command::Snapshot {
             key: "bkt1/s".into(),
@@ -135,7 +169,9 @@ fn data_offset_points_at_the_data() {
         let (_, at) = encode_located(&entry, &mut out);
         assert_eq!(at, data_offset(&entry));
         let payload = &out[2..];
-        if let Entry::Stream(Command::Create { data, .. } | Command::Append { data, .. })
+        if let Entry::Stream(
+            Command::Create { data, .. } | Command::Append { data, .. } | Command::Fork { data, .. },
+        )
         | Entry::Relocate { data, .. } = &entry
         {
             let at = at.expect("creates and appends carry data");
@@ -163,7 +199,7 @@ fn round_trip() {
 #[test]
 fn kinds() {
     let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
-    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 10, 5, 6]);
+    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 12, 13, 10, 5, 6]);
 }
 
 #[test]
@@ -197,17 +233,24 @@ fn layout_of_an_append() {
     assert_eq!(payload, want);
 }
 
-/// Where a record written before its optional last field existed ends.
-fn without_tail_field(kind: u8, payload: &[u8]) -> Option<usize> {
-    matches!(kind, kind::RETENTION | kind::IMAGE).then(|| payload.len() - 8)
+/// Where records written before their optional last fields existed end,
+/// shortest first (the IMAGE of `entries` has a fork and is soft-deleted).
+fn without_tail_fields(kind: u8, payload: &[u8]) -> Vec<usize> {
+    let len = payload.len();
+    let fork = 1 + 4 + origin().source.len() + 24;
+    match kind {
+        kind::RETENTION => vec![len - 8],
+        kind::IMAGE => vec![len - 1 - fork - 8, len - 1 - fork, len - 1],
+        _ => Vec::new(),
+    }
 }
 
 #[test]
 fn every_truncation_errors() {
     for entry in entries() {
         let (kind, payload) = encoded(&entry);
-        let older = without_tail_field(kind, &payload);
-        for len in (0..payload.len()).filter(|&len| Some(len) != older) {
+        let older = without_tail_fields(kind, &payload);
+        for len in (0..payload.len()).filter(|len| !older.contains(len)) {
             let got = decode(kind, &payload[..len]);
             assert_eq!(got, Err(CodecError::Truncated), "{entry:?} at {len}");
         }
@@ -215,19 +258,19 @@ fn every_truncation_errors() {
 }
 
 #[test]
-fn records_without_the_tail_field_decode_as_before() {
+fn records_without_the_tail_fields_decode_as_before() {
     for entry in entries() {
         let (kind, payload) = encoded(&entry);
-        let Some(len) = without_tail_field(kind, &payload) else {
+        let Some(&len) = without_tail_fields(kind, &payload).first() else {
             continue;
         };
         let decoded = decode(kind, &payload[..len]).expect("older records decode");
-        let first_record = match decoded {
-            Entry::Stream(Command::Retain { first_record, .. }) => first_record,
-            Entry::Image(image) => image.first_record,
+        let defaults = match decoded {
+            Entry::Stream(Command::Retain { first_record, .. }) => (first_record, None, false),
+            Entry::Image(image) => (image.first_record, image.fork, image.soft_deleted),
             other => panic!("unexpected {other:?}"),
         };
-        assert_eq!(first_record, 0);
+        assert_eq!(defaults, (0, None, false));
     }
 }
 
@@ -242,7 +285,7 @@ fn trailing_bytes_error() {
 
 #[test]
 fn unknown_kinds_error() {
-    for kind in [0, 12, 0xff] {
+    for kind in [0, 14, 0xff] {
         assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
     }
 }

@@ -10,6 +10,19 @@ pub struct ProducerWrite {
     pub seq: u64,
 }
 
+/// Where a fork came from (PROTOCOL.md §4.2): kept to compare a re-create
+/// and to count the source's forks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForkOrigin {
+    /// The source's stream key and incarnation.
+    pub source: String,
+    pub source_id: u64,
+    /// The divergence point (`Stream-Fork-Offset`, resolved) and the
+    /// requested `Stream-Fork-Sub-Offset` (0 when absent).
+    pub offset: u64,
+    pub sub: u64,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// PUT: create a stream, optionally with initial data and closed.
@@ -68,6 +81,30 @@ pub enum Command {
         stream_id: u64,
         attrs: Vec<u8>,
     },
+    /// PUT with `Stream-Forked-From`: create a fork. Its inherited bytes
+    /// `[retained, start)` were logged before it, as RELOCATE records of its
+    /// incarnation, one per source append (so message boundaries follow:
+    /// newlines on JSON streams, record ends otherwise); `data` (the
+    /// sub-offset prefix then the initial body) starts at `start`.
+    Fork {
+        key: String,
+        content_type: String,
+        ttl_secs: Option<u64>,
+        expires_at: Option<String>,
+        expires_at_ms: Option<u64>,
+        closed: bool,
+        start: u64,
+        data: Vec<u8>,
+        now_ms: u64,
+        attrs: Vec<u8>,
+        origin: ForkOrigin,
+        /// The source's retention point and the record ordinal there.
+        retained: u64,
+        first_record: u64,
+    },
+    /// DELETE of a stream that forks still read from: its URL answers 410
+    /// until the last fork goes (PROTOCOL.md §4.2 soft delete).
+    SoftDelete { key: String, stream_id: u64 },
     /// DELETE, or expiry reaped on access. Deletes only this incarnation.
     Delete { key: String, stream_id: u64 },
 }
@@ -81,6 +118,8 @@ impl Command {
             | Command::SetAttrs { key, .. }
             | Command::Snapshot { key, .. }
             | Command::Retain { key, .. }
+            | Command::Fork { key, .. }
+            | Command::SoftDelete { key, .. }
             | Command::Delete { key, .. } => key,
         }
     }

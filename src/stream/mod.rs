@@ -6,11 +6,12 @@
 pub mod codec;
 pub mod command;
 pub mod data;
+pub mod fork;
 pub mod rebuild;
 pub mod records;
 pub mod state;
 pub mod table;
 
-pub use command::{Command, ProducerWrite};
+pub use command::{Command, ForkOrigin, ProducerWrite};
 pub use state::{ProducerState, Snapshot, Stream};
 pub use table::{Applied, Table};

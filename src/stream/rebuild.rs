@@ -103,8 +103,55 @@ impl Rebuild {
                     snapshot: None,
                     retained: 0,
                     first_record: 0,
+                    fork: None,
+                    soft_deleted: false,
                 };
                 self.meta.insert(key, image);
+            }
+            Command::Fork {
+                key,
+                content_type,
+                ttl_secs,
+                expires_at,
+                expires_at_ms,
+                closed,
+                start,
+                data,
+                now_ms,
+                attrs,
+                origin,
+                retained,
+                first_record,
+            } => {
+                // A create of the same configuration, then the fork's own
+                // data at the fork point; the inherited pieces are RELOCATE
+                // records of the same incarnation.
+                let create = Command::Create {
+                    key: key.clone(),
+                    content_type,
+                    ttl_secs,
+                    expires_at,
+                    expires_at_ms,
+                    closed,
+                    data: Vec::new(),
+                    now_ms,
+                    attrs,
+                };
+                self.command(create, None);
+                let stream_id = incarnation_id(&key, now_ms);
+                let json = self.meta.get(&key).is_none_or(content_is_json);
+                self.place(stream_id, start, &data, location, json);
+                if let Some(meta) = self.meta.get_mut(&key) {
+                    meta.tail = start + data.len() as u64;
+                    meta.retained = retained;
+                    meta.first_record = first_record;
+                    meta.fork = Some(origin);
+                }
+            }
+            Command::SoftDelete { key, stream_id } => {
+                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
+                    meta.soft_deleted = true;
+                }
             }
             Command::Append {
                 key,
@@ -358,6 +405,8 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         snapshot: meta.snapshot,
         retained: meta.retained,
         content_type: meta.content_type,
+        fork: meta.fork,
+        soft_deleted: meta.soft_deleted,
     })
 }
 
@@ -392,6 +441,8 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
         snapshot: stream.snapshot.clone(),
         retained: stream.retained,
         first_record: stream.first_record,
+        fork: stream.fork.clone(),
+        soft_deleted: stream.soft_deleted,
     }
 }
 

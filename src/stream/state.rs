@@ -100,6 +100,10 @@ pub struct Stream {
     pub visible: bool,
     pub visible_tail: u64,
     pub visible_closed: bool,
+    /// Set on a fork (PROTOCOL.md §4.2).
+    pub fork: Option<super::ForkOrigin>,
+    /// Deleted while forks exist: its URL answers 410, re-creation 409.
+    pub soft_deleted: bool,
 }
 
 impl Stream {

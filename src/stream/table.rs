@@ -14,8 +14,13 @@ use super::command::{Command, ProducerWrite};
 use super::state::{ProducerState, Stream};
 
 pub struct Table {
-    streams: HashMap<String, Stream>,
-    cache: CacheBudget,
+    pub(super) streams: HashMap<String, Stream>,
+    pub(super) cache: CacheBudget,
+    /// A fork's inherited data, logged but not yet part of a stream:
+    /// extents and message ends by the fork's incarnation.
+    pub(super) staged: HashMap<u64, super::fork::Staged>,
+    /// How many forks of this shard read from each source incarnation.
+    pub(super) fork_refs: HashMap<u64, usize>,
 }
 
 impl Default for Table {
@@ -26,14 +31,14 @@ impl Default for Table {
 
 /// The per-shard bound on cached stream bytes: committed chunks are
 /// evicted oldest first (by commit order) once the budget is exceeded.
-struct CacheBudget {
+pub(super) struct CacheBudget {
     budget: u64,
     /// Located (evictable) cached bytes of existing streams.
     used: u64,
     /// Committed chunks in commit order: (stream id, bytes).
     fifo: VecDeque<(u64, u64)>,
     /// Stream id -> key, to find a chunk's stream.
-    keys: HashMap<u64, String>,
+    pub(super) keys: HashMap<u64, String>,
 }
 
 /// What `apply` did, for the shard to publish once the command is durable.
@@ -81,6 +86,7 @@ pub struct WriteUndo {
     attrs: Vec<u8>,
     snapshot: Option<crate::stream::Snapshot>,
     retained: u64,
+    soft_deleted: bool,
 }
 
 impl Table {
@@ -94,11 +100,14 @@ impl Table {
         Table {
             streams: HashMap::new(),
             cache,
+            staged: HashMap::new(),
+            fork_refs: HashMap::new(),
         }
     }
 
     /// Adds a stream rebuilt by recovery (durable, nothing cached).
     pub fn restore(&mut self, key: String, stream: Stream) {
+        self.count_fork(&stream, true);
         self.cache.keys.insert(stream.id, key.clone());
         self.streams.insert(key, stream);
     }
@@ -132,9 +141,12 @@ impl Table {
         self.streams.get(key)
     }
 
-    /// The stream as readers may see it: only once its create is durable.
+    /// The stream as readers may see it: only once its create is durable,
+    /// and not once it is soft-deleted.
     pub fn get_visible(&self, key: &str) -> Option<&Stream> {
-        self.streams.get(key).filter(|s| s.visible)
+        self.streams
+            .get(key)
+            .filter(|s| s.visible && !s.soft_deleted)
     }
 
     pub fn len(&self) -> usize {
@@ -168,6 +180,18 @@ impl Table {
     pub fn apply(&mut self, command: Command) -> (Applied, Undo) {
         match command {
             Command::Create { .. } => self.apply_create(command),
+            Command::Fork { .. } => self.apply_fork(command),
+            Command::SoftDelete { key, stream_id } => {
+                let stream = self
+                    .streams
+                    .get_mut(&key)
+                    .expect("soft delete of a missing stream");
+                assert_eq!(stream.id, stream_id, "soft delete of another incarnation");
+                let undo = WriteUndo::capture(&key, stream, None);
+                stream.soft_deleted = true;
+                let tail = stream.head_tail();
+                (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
+            }
             Command::Append {
                 key,
                 stream_id,
@@ -298,6 +322,7 @@ impl Table {
                     .map(Box::new);
                 if let Some(stream) = &removed {
                     self.cache.forget(stream);
+                    self.count_fork(stream, false);
                 }
                 let done = Applied {
                     key: key.clone(),
@@ -362,6 +387,8 @@ impl Table {
             attrs,
             snapshot: None,
             retained: 0,
+            fork: None,
+            soft_deleted: false,
         };
         push_data(&mut stream, data);
         let done = applied(&key, &stream, 0);
@@ -376,6 +403,7 @@ impl Table {
             Undo::Create { key } => {
                 if let Some(stream) = self.streams.remove(&key) {
                     self.cache.keys.remove(&stream.id);
+                    self.count_fork(&stream, false);
                 }
             }
             Undo::Write(w) => {
@@ -386,6 +414,7 @@ impl Table {
             Undo::Delete { key, stream } => {
                 if let Some(stream) = stream {
                     self.cache.remember(&key, &stream);
+                    self.count_fork(&stream, true);
                     self.streams.insert(key, *stream);
                 }
             }
@@ -478,7 +507,7 @@ pub fn incarnation_id(key: &str, created_at_ms: u64) -> u64 {
     xxh3_64(&bytes).max(1)
 }
 
-fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
+pub(super) fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
     let tail = stream.head_tail();
     Applied {
         key: key.to_string(),
@@ -530,10 +559,12 @@ impl WriteUndo {
             attrs: stream.attrs.clone(),
             snapshot: stream.snapshot.clone(),
             retained: stream.retained,
+            soft_deleted: stream.soft_deleted,
         }
     }
 
     fn restore(self, stream: &mut Stream) {
+        stream.soft_deleted = self.soft_deleted;
         stream.attrs = self.attrs;
         stream.snapshot = self.snapshot;
         stream.retained = self.retained;
@@ -556,7 +587,7 @@ impl WriteUndo {
 
 /// Appends canonical bytes and records message boundaries: one per line on
 /// JSON streams, one per append otherwise.
-fn push_data(stream: &mut Stream, data: Vec<u8>) {
+pub(super) fn push_data(stream: &mut Stream, data: Vec<u8>) {
     if data.is_empty() {
         return;
     }

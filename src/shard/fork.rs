@@ -1,0 +1,309 @@
+//! Forks across shards (PROTOCOL.md §4.2; docs/ARCHITECTURE.md "Forks"). A
+//! fork copies what it inherits: the fork's shard asks the source's owner
+//! (over the mesh, or itself) for a plan and the inherited bytes, logs them
+//! as RELOCATE records of the fork's new incarnation (staged, a bounded
+//! amount in flight at a time), then commits the FORK command that makes
+//! the stream. A crash before that leaves orphan records that recovery
+//! ignores. Deleting a source asks every shard how many forks it holds of
+//! that incarnation: with any, the source is soft-deleted (410 on its URL);
+//! the last fork's delete (or expiry, or a cleaner pass) sends it a nudge
+//! and it is deleted for real, which cascades up a chain of forks.
+
+use std::rc::Rc;
+
+use super::commit::Effect;
+use super::placement::shard_of;
+use super::store::{self, FetchError};
+use super::{Shard, mesh::MeshMsg};
+use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
+use crate::protocol::response::not_found;
+use crate::protocol::{Request, Response, offset, records};
+use crate::stream::codec::Entry;
+use crate::stream::table::incarnation_id;
+use crate::stream::{Command, ForkOrigin};
+
+/// Inherited bytes logged before the fork waits for them to commit.
+const IN_FLIGHT_BYTES: usize = 8 << 20;
+/// Messages a source has in flight to one fork.
+const CHANNEL_DEPTH: usize = 4;
+
+/// What a source's shard sends a fork's shard, in this order.
+pub enum Lent {
+    Plan(Result<SourcePlan, Response>),
+    /// One inherited append (or the retained part of one).
+    Piece { start: u64, bytes: Vec<u8> },
+    /// The sub-offset prefix; the last message.
+    Prefix(Vec<u8>),
+    Failed(Response),
+}
+
+fn unavailable(what: &str) -> Response {
+    Response::error(503, "storage_unavailable", what).header("retry-after", "1")
+}
+
+fn fetch_failed(error: FetchError) -> Response {
+    match error {
+        FetchError::Gone => not_found("the source stream was deleted while forking"),
+        FetchError::Io(e) => unavailable(&format!("reading the source failed: {e}")),
+    }
+}
+
+/// Source side: lends `key` to a fork (runs on the source's owner).
+pub fn lend(shard: &Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sender<Lent>) {
+    monoio::spawn(lend_task(shard.clone(), key, spec, tx));
+}
+
+async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sender<Lent>) {
+    let now_ms = shard.reap_if_expired(&key);
+    let plan = fork::plan_source(shard.table.borrow().get(&key), &spec, now_ms);
+    let plan = match plan {
+        Ok(plan) => plan,
+        Err(reply) => {
+            let _ = tx.send_async(Lent::Plan(Err(reply))).await;
+            return;
+        }
+    };
+    let (id, pieces) = (plan.source_id, plan.pieces.clone());
+    let prefix = (plan.anchor, plan.prefix_end);
+    if tx.send_async(Lent::Plan(Ok(plan))).await.is_err() {
+        return;
+    }
+    for (start, len) in pieces {
+        let lent = match store::fetch(&shard, &key, id, start, start + len).await {
+            Ok(bytes) => Lent::Piece { start, bytes },
+            Err(e) => Lent::Failed(fetch_failed(e)),
+        };
+        let failed = matches!(lent, Lent::Failed(_));
+        if tx.send_async(lent).await.is_err() || failed {
+            return;
+        }
+    }
+    let lent = match store::fetch(&shard, &key, id, prefix.0, prefix.1).await {
+        Ok(bytes) => Lent::Prefix(bytes),
+        Err(e) => Lent::Failed(fetch_failed(e)),
+    };
+    let _ = tx.send_async(lent).await;
+}
+
+/// Fork side: a PUT with `Stream-Forked-From` on the fork's owner.
+pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) -> Response {
+    let existing = shard.table.borrow().get(req.key).map(|s| fork::recreate(s, &request));
+    if let Some(reply) = existing {
+        // It rests on the head state: answer once that is committed.
+        return shard.barrier().await.map_or_else(|e| e.response(), |()| reply);
+    }
+    let (tx, rx) = flume::bounded(CHANNEL_DEPTH);
+    let owner = shard_of(&request.source, shard.shards());
+    let (key, spec) = (request.source.clone(), request.spec.clone());
+    if owner == shard.index {
+        lend(shard, key, spec, tx);
+    } else if !shard.mesh.send(owner, MeshMsg::ForkSource { key, spec, tx }) {
+        return unavailable("the source's shard is stopping");
+    }
+    let plan = match rx.recv_async().await {
+        Ok(Lent::Plan(Ok(plan))) => plan,
+        Ok(Lent::Plan(Err(reply)) | Lent::Failed(reply)) => return reply,
+        _ => return unavailable("the source's shard did not answer"),
+    };
+    let config = match fork::configure(&request, &plan, req.body) {
+        Ok(config) => config,
+        Err(reply) => return reply,
+    };
+    let id = incarnation_id(req.key, req.now_ms);
+    let json = crate::protocol::content_type::is_json(&config.content_type);
+    let copied = copy(shard, req.key, id, json, &rx).await;
+    let prefix = match copied {
+        Ok(prefix) => prefix,
+        Err(reply) => {
+            shard.table.borrow_mut().unstage(id);
+            return reply;
+        }
+    };
+    if let Some(existing) = shard.table.borrow().get(req.key) {
+        shard.table.borrow_mut().unstage(id);
+        return fork::recreate(existing, &request);
+    }
+    let mut data = prefix;
+    data.extend_from_slice(&config.body);
+    let command = Command::Fork {
+        key: req.key.to_string(),
+        content_type: config.content_type,
+        ttl_secs: config.lifetime.ttl_secs,
+        expires_at: config.lifetime.expires_at,
+        expires_at_ms: config.lifetime.expires_at_ms,
+        closed: request.closed,
+        start: plan.anchor,
+        data,
+        now_ms: req.now_ms,
+        attrs: request.attrs.clone(),
+        origin: fork::origin(&request, &plan),
+        retained: plan.retained,
+        first_record: plan.first_record,
+    };
+    match shard.submit(vec![command]).await {
+        Ok(()) => created(shard, req, plan.anchor),
+        Err(e) => e.response(),
+    }
+}
+
+/// Logs the inherited pieces as RELOCATE records of incarnation `id`,
+/// staging their locations as they commit; returns the prefix.
+async fn copy(
+    shard: &Shard,
+    key: &str,
+    id: u64,
+    json: bool,
+    rx: &flume::Receiver<Lent>,
+) -> Result<Vec<u8>, Response> {
+    let mut in_flight = 0;
+    let mut last: Option<super::commit::Ticket> = None;
+    loop {
+        let (start, bytes) = match rx.recv_async().await {
+            Ok(Lent::Piece { start, bytes }) => (start, bytes),
+            Ok(Lent::Prefix(prefix)) => {
+                if let Some(ticket) = last {
+                    ticket.await.map_err(|e| e.response())?;
+                }
+                return Ok(prefix);
+            }
+            Ok(Lent::Failed(reply)) => return Err(reply),
+            _ => return Err(unavailable("the source's shard stopped lending")),
+        };
+        let len = bytes.len() as u64;
+        let ends = match json {
+            true => memchr::memchr_iter(b'\n', &bytes)
+                .map(|i| start + i as u64 + 1)
+                .collect(),
+            false => vec![start + len],
+        };
+        in_flight += bytes.len();
+        let entry = Entry::Relocate {
+            key: key.to_string(),
+            stream_id: id,
+            start,
+            data: bytes,
+        };
+        let effect = Effect::Stage {
+            stream_id: id,
+            start,
+            len,
+            ends,
+        };
+        last = shard.submit_entries(vec![(entry, effect)]);
+        if in_flight >= IN_FLIGHT_BYTES || shard.commit_queue_full() {
+            if let Some(ticket) = last.take() {
+                ticket.await.map_err(|e| e.response())?;
+            }
+            in_flight = 0;
+        }
+    }
+}
+
+/// The 201 of a new fork, with its record range on JSON streams.
+fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
+    let table = shard.table.borrow();
+    let Some(stream) = table.get(req.key) else {
+        return not_found("the fork was deleted meanwhile");
+    };
+    let location = match req.head.header("host") {
+        Some(host) if !host.is_empty() => format!("http://{host}{}", req.head.raw_path),
+        _ => req.head.raw_path.clone(),
+    };
+    let reply = Response::new(201)
+        .header("location", location)
+        .header("content-type", stream.content_type.clone())
+        .header("stream-next-offset", offset::format(stream.head_tail()))
+        .header_if(stream.closed, "stream-closed", "true");
+    let first = stream.messages.ordinal_at(anchor).unwrap_or(0);
+    records::ack(stream, reply, first, stream.messages.next())
+}
+
+/// DELETE (PROTOCOL.md §4.2, §5.4): soft when any shard holds a fork of
+/// this incarnation.
+pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
+    let Some(id) = shard.table.borrow().get(key).map(|s| s.id) else {
+        return not_found("stream not found");
+    };
+    let forks = count_forks(shard, id).await;
+    let command = match shard.table.borrow().get(key) {
+        Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
+        Some(s) if s.id == id && forks > 0 => Command::SoftDelete {
+            key: key.to_string(),
+            stream_id: id,
+        },
+        Some(s) if s.id == id => Command::Delete {
+            key: key.to_string(),
+            stream_id: id,
+        },
+        _ => return not_found("stream not found"),
+    };
+    match shard.submit(vec![command]).await {
+        Ok(()) => Response::new(204),
+        Err(e) => e.response(),
+    }
+}
+
+async fn count_forks(shard: &Shard, source_id: u64) -> usize {
+    let counts = shard
+        .mesh
+        .gather(|reply| MeshMsg::ForkRefs { source_id, reply })
+        .await;
+    counts.into_iter().sum()
+}
+
+/// Deletes the soft-deleted `key` (incarnation `id`) once no fork of it is
+/// left; its own delete nudges its source in turn.
+pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
+    let shard = shard.clone();
+    monoio::spawn(async move {
+        let soft = |shard: &Shard| {
+            let table = shard.table.borrow();
+            table.get(&key).is_some_and(|s| s.id == id && s.soft_deleted)
+        };
+        if !soft(&shard) || count_forks(&shard, id).await > 0 || !soft(&shard) {
+            return;
+        }
+        let command = Command::Delete {
+            key: key.clone(),
+            stream_id: id,
+        };
+        let _ = shard.submit(vec![command]).await;
+    });
+}
+
+/// After a fork is deleted: tell its source's owner to check on it.
+pub fn released(shard: &Shard, origin: &ForkOrigin) {
+    let owner = shard_of(&origin.source, shard.shards());
+    let msg = MeshMsg::ForkReleased {
+        source: origin.source.clone(),
+        source_id: origin.source_id,
+    };
+    shard.mesh.send(owner, msg);
+}
+
+/// A cleaner pass: collect soft-deleted streams whose nudge was lost (a
+/// crash between a fork's delete and its source's).
+pub fn sweep(shard: &Rc<Shard>) {
+    let soft: Vec<(String, u64)> = shard
+        .table
+        .borrow()
+        .iter()
+        .filter(|(_, s)| s.soft_deleted)
+        .map(|(k, s)| (k.clone(), s.id))
+        .collect();
+    for (key, id) in soft {
+        collect(shard, key, id);
+    }
+}
+
+/// The fork messages of the mesh.
+pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
+    match msg {
+        MeshMsg::ForkSource { key, spec, tx } => lend(shard, key, spec, tx),
+        MeshMsg::ForkRefs { source_id, reply } => {
+            let _ = reply.send(shard.table.borrow().fork_count(source_id));
+        }
+        MeshMsg::ForkReleased { source, source_id } => collect(shard, source, source_id),
+        _ => unreachable!("only fork messages come here"),
+    }
+}

@@ -1,0 +1,142 @@
+//! Forks in the stream table (PROTOCOL.md §4.2). A fork copies what it
+//! inherits: the source's bytes `[retained, fork point)` are logged first as
+//! RELOCATE records of the fork's incarnation (one per source append), and
+//! their locations are *staged* here; the FORK command then makes a stream
+//! of them plus its own data. A fork never reads its source afterwards, so
+//! sources and forks live on any shards and are deleted independently;
+//! each shard counts the forks it holds per source incarnation, which
+//! decides between delete and soft delete of a source.
+
+use super::command::{Command, ForkOrigin};
+use super::data::{Extent, StreamData};
+use super::records::RecordIndex;
+use super::state::Stream;
+use super::table::{Applied, Table, Undo, incarnation_id};
+
+/// A fork's inherited data, logged but not yet part of a stream.
+#[derive(Debug, Default)]
+pub struct Staged {
+    pub extents: Vec<Extent>,
+    /// Message ends in the inherited data, ascending.
+    pub ends: Vec<u64>,
+}
+
+impl Table {
+    /// Records that inherited bytes of the fork incarnation `stream_id`
+    /// landed at `extent`, with the message ends inside them.
+    pub fn stage(&mut self, stream_id: u64, extent: Extent, ends: &[u64]) {
+        let staged = self.staged.entry(stream_id).or_default();
+        debug_assert!(staged.extents.last().is_none_or(|e| e.end() == extent.start));
+        debug_assert!(ends.iter().all(|&e| e > extent.start && e <= extent.end()));
+        staged.extents.push(extent);
+        staged.ends.extend_from_slice(ends);
+    }
+
+    /// Forgets an abandoned fork's staged data (its records stay orphans,
+    /// which recovery ignores and the cleaner reclaims).
+    pub fn unstage(&mut self, stream_id: u64) {
+        self.staged.remove(&stream_id);
+    }
+
+    /// Whether a fork copy is in flight (the cleaner must not move or drop
+    /// staged records, which no stream refers to yet).
+    pub fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    /// How many forks of this shard were made from incarnation `source_id`.
+    pub fn fork_count(&self, source_id: u64) -> usize {
+        self.fork_refs.get(&source_id).copied().unwrap_or(0)
+    }
+
+    /// Counts (or uncounts) `stream` as a fork of its source.
+    pub(super) fn count_fork(&mut self, stream: &Stream, add: bool) {
+        let Some(origin) = &stream.fork else { return };
+        let count = self.fork_refs.entry(origin.source_id).or_default();
+        match add {
+            true => *count += 1,
+            false => *count = count.saturating_sub(1),
+        }
+        if *count == 0 {
+            self.fork_refs.remove(&origin.source_id);
+        }
+    }
+
+    pub(super) fn apply_fork(&mut self, command: Command) -> (Applied, Undo) {
+        let Command::Fork {
+            key,
+            content_type,
+            ttl_secs,
+            expires_at,
+            expires_at_ms,
+            closed,
+            start,
+            data,
+            now_ms,
+            attrs,
+            origin,
+            retained,
+            first_record,
+        } = command
+        else {
+            unreachable!("apply_fork takes Fork only");
+        };
+        assert!(!self.streams.contains_key(&key), "fork over an existing stream");
+        let id = incarnation_id(&key, now_ms);
+        let staged = self.staged.remove(&id).unwrap_or_default();
+        let mut messages = RecordIndex::starting_at(first_record, retained);
+        staged.ends.iter().for_each(|&end| messages.push(end));
+        assert_eq!(messages.end(), start, "inherited data ends at the fork point");
+        let mut stream = Stream {
+            id,
+            json: crate::protocol::content_type::is_json(&content_type),
+            content_type,
+            ttl_secs,
+            expires_at,
+            expires_at_ms,
+            created_at_ms: now_ms,
+            last_access_ms: now_ms,
+            last_write_ms: now_ms,
+            closed,
+            closed_by: None,
+            data: inherited(staged.extents, retained, start),
+            messages,
+            first_record,
+            stream_seq: None,
+            producers: Default::default(),
+            attrs,
+            snapshot: None,
+            retained,
+            visible: false,
+            visible_tail: start,
+            visible_closed: false,
+            fork: Some(origin),
+            soft_deleted: false,
+        };
+        super::table::push_data(&mut stream, data);
+        self.count_fork(&stream, true);
+        let done = super::table::applied(&key, &stream, start);
+        self.cache.keys.insert(stream.id, key.clone());
+        self.streams.insert(key.clone(), stream);
+        (done, Undo::Create { key })
+    }
+}
+
+/// The located inherited bytes `[retained, start)`, which `extents` must
+/// cover without gaps.
+fn inherited(extents: Vec<Extent>, retained: u64, start: u64) -> StreamData {
+    let mut at = retained;
+    for extent in &extents {
+        assert_eq!(extent.start, at, "inherited data has no gaps");
+        at = extent.end();
+    }
+    assert_eq!(at, start, "inherited data reaches the fork point");
+    StreamData::recovered(extents, start)
+}
+
+/// Whether a fork re-create names the same fork (PROTOCOL.md §4.2
+/// idempotency): same source, same sub-offset, and the same fork offset
+/// when the request gives one.
+pub fn same_origin(existing: &ForkOrigin, source: &str, offset: Option<u64>, sub: u64) -> bool {
+    existing.source == source && existing.sub == sub && offset.is_none_or(|o| o == existing.offset)
+}
