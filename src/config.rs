@@ -1,4 +1,6 @@
-//! Configuration: command-line flags and the limits every part obeys.
+//! Configuration: every setting and limit, from command-line flags and an
+//! optional TOML file (`--config FILE`, flags win), validated once at
+//! startup; `rill config check|defaults` print the result (issue 7).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +13,15 @@ pub enum FsyncPolicy {
     /// Acknowledge once written; sync at least every MS milliseconds. A
     /// crash may lose the writes of the last MS milliseconds.
     Interval(u64),
+}
+
+impl std::fmt::Display for FsyncPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FsyncPolicy::Always => write!(f, "always"),
+            FsyncPolicy::Interval(ms) => write!(f, "interval:{ms}"),
+        }
+    }
 }
 
 impl std::str::FromStr for FsyncPolicy {
@@ -88,6 +99,8 @@ USAGE:
     rill serve [OPTIONS]
 
 OPTIONS:
+    --config FILE               read settings from a TOML file (keys as below with `_`
+                                for `-`, e.g. long_poll_timeout_ms = 1500); flags override it
     --listen ADDR               address to listen on [default: 127.0.0.1:4437]
     --data-dir DIR              data directory [default: ./data]
     --cores N                   shards (pinned threads), one per core [default: all cores]
@@ -112,45 +125,124 @@ OPTIONS:
     -h, --help                  print this help
 ";
 
+/// One setting: its flag name (`--name`), which is also its config-file
+/// key (with `_` for `-`), how to set it from text, and its value as a TOML
+/// literal. Flags and the file go through the same parser.
+pub struct Setting {
+    pub name: &'static str,
+    set: fn(&mut Config, &str) -> Result<(), String>,
+    get: fn(&Config) -> String,
+}
+
+macro_rules! setting {
+    ($name:literal, $field:ident) => {
+        Setting {
+            name: $name,
+            set: |c, v| {
+                c.$field = parse($name, v)?;
+                Ok(())
+            },
+            get: |c| c.$field.to_string(),
+        }
+    };
+    ($name:literal, $field:ident, quoted) => {
+        Setting {
+            name: $name,
+            set: |c, v| {
+                c.$field = parse($name, v)?;
+                Ok(())
+            },
+            get: |c| toml_string(&c.$field.to_string()),
+        }
+    };
+}
+
+/// Every setting, in the order `rill config defaults` prints them.
+pub const SETTINGS: &[Setting] = &[
+    setting!("listen", listen, quoted),
+    Setting {
+        name: "data-dir",
+        set: |c, v| {
+            c.data_dir = PathBuf::from(v);
+            Ok(())
+        },
+        get: |c| toml_string(&c.data_dir.display().to_string()),
+    },
+    setting!("cores", cores),
+    setting!("long-poll-timeout-ms", long_poll_timeout_ms),
+    setting!("sse-cycle-ms", sse_cycle_ms),
+    setting!("max-body-bytes", max_body_bytes),
+    setting!("max-head-bytes", max_head_bytes),
+    setting!("max-headers", max_headers),
+    setting!("idle-timeout-ms", idle_timeout_ms),
+    setting!("fsync", fsync, quoted),
+    setting!("segment-bytes", segment_bytes),
+    setting!("cache-bytes", cache_bytes),
+    setting!("clean-interval-ms", clean_interval_ms),
+    setting!("max-commit-queue-bytes", max_commit_queue_bytes),
+    setting!("max-snapshot-bytes", max_snapshot_bytes),
+];
+
+fn setting(name: &str) -> Option<&'static Setting> {
+    SETTINGS.iter().find(|s| s.name == name)
+}
+
 impl Config {
-    /// Parses `serve` flags. `Err` carries the message for the user.
+    /// Parses `serve` flags over the defaults, or over the file `--config
+    /// FILE` names (flags win). `Err` carries the message for the user.
     pub fn from_args(args: &[String]) -> Result<Config, String> {
-        let mut config = Config::default();
-        let mut iter = args.iter();
-        while let Some(flag) = iter.next() {
-            let (name, inline) = match flag.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (flag.as_str(), None),
-            };
-            let mut value = || {
-                inline
-                    .clone()
-                    .or_else(|| iter.next().cloned())
-                    .ok_or(format!("{name} needs a value"))
-            };
-            match name {
-                "--listen" => config.listen = parse(name, &value()?)?,
-                "--data-dir" => config.data_dir = PathBuf::from(value()?),
-                "--cores" => config.cores = parse(name, &value()?)?,
-                "--long-poll-timeout-ms" => config.long_poll_timeout_ms = parse(name, &value()?)?,
-                "--sse-cycle-ms" => config.sse_cycle_ms = parse(name, &value()?)?,
-                "--max-body-bytes" => config.max_body_bytes = parse(name, &value()?)?,
-                "--max-head-bytes" => config.max_head_bytes = parse(name, &value()?)?,
-                "--max-headers" => config.max_headers = parse(name, &value()?)?,
-                "--idle-timeout-ms" => config.idle_timeout_ms = parse(name, &value()?)?,
-                "--fsync" => config.fsync = parse(name, &value()?)?,
-                "--segment-bytes" => config.segment_bytes = parse(name, &value()?)?,
-                "--cache-bytes" => config.cache_bytes = parse(name, &value()?)?,
-                "--clean-interval-ms" => config.clean_interval_ms = parse(name, &value()?)?,
-                "--max-commit-queue-bytes" => {
-                    config.max_commit_queue_bytes = parse(name, &value()?)?
-                }
-                "--max-snapshot-bytes" => config.max_snapshot_bytes = parse(name, &value()?)?,
-                other => return Err(format!("unknown option {other}; see rill serve --help")),
-            }
+        let flags = split_flags(args)?;
+        let mut config = match flags.iter().find(|(name, _)| name == "config") {
+            Some((_, file)) => Config::read_file(file)?,
+            None => Config::default(),
+        };
+        for (name, value) in flags.iter().filter(|(name, _)| name != "config") {
+            let setting = setting(name)
+                .ok_or_else(|| format!("unknown option --{name}; see rill serve --help"))?;
+            (setting.set)(&mut config, value)?;
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The configuration a TOML file gives (unset keys keep their default),
+    /// validated.
+    pub fn read_file(path: &str) -> Result<Config, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {path}: {e}"))?;
+        Config::from_toml(&text).map_err(|e| format!("config file {path}: {e}"))
+    }
+
+    /// Applies a TOML document of `key = value` settings to the defaults.
+    /// Unknown keys and values of the wrong kind are errors naming the key.
+    pub fn from_toml(text: &str) -> Result<Config, String> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
+        let mut config = Config::default();
+        for (key, value) in &table {
+            let name = key.replace('_', "-");
+            let setting = setting(&name).ok_or_else(|| format!("unknown key {key:?}"))?;
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                other => {
+                    return Err(format!(
+                        "key {key:?}: expected a string or an integer, found a {}",
+                        other.type_str()
+                    ));
+                }
+            };
+            (setting.set)(&mut config, &text).map_err(|e| format!("key {key:?}: {e}"))?;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// This configuration as a TOML document `from_toml` reads back.
+    pub fn to_toml(&self) -> String {
+        SETTINGS
+            .iter()
+            .map(|s| format!("{} = {}\n", s.name.replace('-', "_"), (s.get)(self)))
+            .collect()
     }
 
     fn validate(&self) -> Result<(), String> {
@@ -192,6 +284,43 @@ fn parse<T: std::str::FromStr>(name: &str, text: &str) -> Result<T, String> {
         .map_err(|_| format!("invalid value for {name}: {text:?}"))
 }
 
+/// A TOML basic string.
+fn toml_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `--name value` or `--name=value` pairs, names without the dashes.
+fn split_flags(args: &[String]) -> Result<Vec<(String, String)>, String> {
+    let mut flags = Vec::new();
+    let mut iter = args.iter();
+    while let Some(flag) = iter.next() {
+        let Some(flag) = flag.strip_prefix("--") else {
+            return Err(format!(
+                "unexpected argument {flag:?}; see rill serve --help"
+            ));
+        };
+        let (name, value) = match flag.split_once('=') {
+            Some((name, value)) => (name, value.to_string()),
+            None => {
+                let value = iter.next().ok_or(format!("--{flag} needs a value"))?;
+                (flag, value.clone())
+            }
+        };
+        flags.push((name.to_string(), value));
+    }
+    Ok(flags)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +343,35 @@ mod tests {
         assert_eq!(c.cores, 2);
         assert_eq!(c.long_poll_timeout_ms, 1500);
         assert_eq!(Config::from_args(&[]).unwrap().listen.port(), 4437);
+    }
+
+    #[test]
+    fn the_file_round_trips_and_flags_override_it() {
+        let mut c = Config::default();
+        c.cores = 3;
+        c.fsync = FsyncPolicy::Interval(200);
+        c.data_dir = PathBuf::from("/var/lib/rill");
+        let text = c.to_toml();
+        let back = Config::from_toml(&text).unwrap();
+        assert_eq!(back.to_toml(), text);
+        let dir = std::env::temp_dir().join(format!("rill-config-{}", std::process::id()));
+        std::fs::write(&dir, "cores = 3\nlisten = \"0.0.0.0:9000\"\n").unwrap();
+        let path = dir.display().to_string();
+        let c = Config::from_args(&args(&["--config", &path, "--cores", "2"])).unwrap();
+        assert_eq!((c.cores, c.listen.port()), (2, 9000));
+        std::fs::remove_file(dir).unwrap();
+    }
+
+    #[test]
+    fn file_errors_name_the_key() {
+        let unknown = Config::from_toml("bogus = 1").unwrap_err();
+        assert!(unknown.contains("bogus"), "{unknown}");
+        let bad = Config::from_toml("cores = \"many\"").unwrap_err();
+        assert!(bad.contains("cores"), "{bad}");
+        let kind = Config::from_toml("cache_bytes = true").unwrap_err();
+        assert!(kind.contains("cache_bytes"), "{kind}");
+        assert!(Config::from_toml("cores = 0").is_err());
+        assert!(Config::from_toml("not toml").is_err());
     }
 
     #[test]

@@ -14,6 +14,8 @@ USAGE:
     rill serve [OPTIONS]    run the server (see rill serve --help)
     rill repair --data-dir DIR [--yes]
                             check the logs; truncate a damaged one (see rill repair --help)
+    rill config check FILE  validate a config file and print the settings it gives
+    rill config defaults    print every setting with its default, as a config file
     rill --help             print this help
     rill --version          print the version
 ";
@@ -41,8 +43,33 @@ fn main() -> ExitCode {
             }
         },
         Some("repair") => rill::repair::main(&args[1..]),
+        Some("config") => config_command(&args[1..]),
         Some(other) => {
             eprintln!("rill: unknown command {other:?}\n\n{HELP}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// `rill config check FILE` and `rill config defaults`.
+fn config_command(args: &[String]) -> ExitCode {
+    let printed = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["defaults"] => Ok(Config::default().to_toml()),
+        ["check", file] => Config::read_file(file).map(|c| c.to_toml()),
+        _ => Err("usage: rill config check FILE | rill config defaults".to_string()),
+    };
+    match printed {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => {
+            eprintln!("rill: {message}");
             ExitCode::from(2)
         }
     }

@@ -161,7 +161,9 @@ pub fn plan_source(
 fn fork_point(stream: &Stream, requested: Option<u64>) -> Result<u64, Response> {
     let at = requested.unwrap_or(stream.tail());
     if at > stream.tail() {
-        return Err(bad_request("Stream-Fork-Offset is beyond the source's tail"));
+        return Err(bad_request(
+            "Stream-Fork-Offset is beyond the source's tail",
+        ));
     }
     if at < stream.retained {
         return Err(Response::error(
@@ -171,7 +173,9 @@ fn fork_point(stream: &Stream, requested: Option<u64>) -> Result<u64, Response> 
         ));
     }
     if stream.json && !stream.is_boundary(at) {
-        return Err(bad_request("Stream-Fork-Offset is not on a message boundary"));
+        return Err(bad_request(
+            "Stream-Fork-Offset is not on a message boundary",
+        ));
     }
     Ok(at)
 }
@@ -197,7 +201,10 @@ fn sub_offset_end(stream: &Stream, anchor: u64, sub: u64) -> Result<u64, Respons
         };
     }
     let first = stream.messages.ordinal_at(anchor).ok_or_else(overshoot)?;
-    let last = stream.messages.ordinal_at(append_end).ok_or_else(overshoot)?;
+    let last = stream
+        .messages
+        .ordinal_at(append_end)
+        .ok_or_else(overshoot)?;
     match first + sub <= last {
         true => stream.messages.offset_of(first + sub).ok_or_else(overshoot),
         false => Err(overshoot()),
@@ -215,7 +222,11 @@ pub struct ForkConfig {
 
 /// Content type and lifetime inherited unless the request gives them
 /// (§4.2 table: a fork asking for either expiry gets exactly that).
-pub fn configure(fork: &ForkRequest, plan: &SourcePlan, body: &[u8]) -> Result<ForkConfig, Response> {
+pub fn configure(
+    fork: &ForkRequest,
+    plan: &SourcePlan,
+    body: &[u8],
+) -> Result<ForkConfig, Response> {
     let content_type = fork
         .spec
         .content_type
@@ -268,7 +279,8 @@ pub fn recreate(existing: &Stream, fork: &ForkRequest) -> Response {
     let matches = same_fork
         && ct.is_none_or(|ct| content_type::same(ct, &existing.content_type))
         && (!asked
-            || (existing.ttl_secs == life.ttl_secs && existing.expires_at_ms == life.expires_at_ms))
+            || (existing.ttl_secs == life.ttl_secs
+                && existing.expires_at_ms == life.expires_at_ms))
         && existing.closed == fork.closed
         && existing.attrs == fork.attrs;
     if !matches {

@@ -110,9 +110,17 @@ pub async fn handle(
 /// Forks and soft deletes (PROTOCOL.md §4.2): the answer to a request on
 /// a soft-deleted stream, a fork PUT, or a DELETE (soft when forks exist);
 /// `None` for everything else.
-async fn lifecycle(shard: &Rc<Shard>, sr: &StreamRequest<'_>, req: &Request<'_>) -> Option<Response> {
+async fn lifecycle(
+    shard: &Rc<Shard>,
+    sr: &StreamRequest<'_>,
+    req: &Request<'_>,
+) -> Option<Response> {
     let method = sr.head.method;
-    let soft = shard.table.borrow().get(sr.key).is_some_and(|s| s.soft_deleted);
+    let soft = shard
+        .table
+        .borrow()
+        .get(sr.key)
+        .is_some_and(|s| s.soft_deleted);
     if soft {
         return Some(protocol::fork::soft_deleted_reply(method == Method::Put));
     }

@@ -31,7 +31,10 @@ const CHANNEL_DEPTH: usize = 4;
 pub enum Lent {
     Plan(Result<SourcePlan, Response>),
     /// One inherited append (or the retained part of one).
-    Piece { start: u64, bytes: Vec<u8> },
+    Piece {
+        start: u64,
+        bytes: Vec<u8>,
+    },
     /// The sub-offset prefix; the last message.
     Prefix(Vec<u8>),
     Failed(Response),
@@ -87,17 +90,27 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
 
 /// Fork side: a PUT with `Stream-Forked-From` on the fork's owner.
 pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) -> Response {
-    let existing = shard.table.borrow().get(req.key).map(|s| fork::recreate(s, &request));
+    let existing = shard
+        .table
+        .borrow()
+        .get(req.key)
+        .map(|s| fork::recreate(s, &request));
     if let Some(reply) = existing {
         // It rests on the head state: answer once that is committed.
-        return shard.barrier().await.map_or_else(|e| e.response(), |()| reply);
+        return shard
+            .barrier()
+            .await
+            .map_or_else(|e| e.response(), |()| reply);
     }
     let (tx, rx) = flume::bounded(CHANNEL_DEPTH);
     let owner = shard_of(&request.source, shard.shards());
     let (key, spec) = (request.source.clone(), request.spec.clone());
     if owner == shard.index {
         lend(shard, key, spec, tx);
-    } else if !shard.mesh.send(owner, MeshMsg::ForkSource { key, spec, tx }) {
+    } else if !shard
+        .mesh
+        .send(owner, MeshMsg::ForkSource { key, spec, tx })
+    {
         return unavailable("the source's shard is stopping");
     }
     let plan = match rx.recv_async().await {
@@ -258,7 +271,9 @@ pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
     monoio::spawn(async move {
         let soft = |shard: &Shard| {
             let table = shard.table.borrow();
-            table.get(&key).is_some_and(|s| s.id == id && s.soft_deleted)
+            table
+                .get(&key)
+                .is_some_and(|s| s.id == id && s.soft_deleted)
         };
         if !soft(&shard) || count_forks(&shard, id).await > 0 || !soft(&shard) {
             return;

@@ -46,7 +46,10 @@ pub enum MeshMsg {
     },
     /// A fork of `source` was deleted: delete the source if it is
     /// soft-deleted and has no fork left.
-    ForkReleased { source: String, source_id: u64 },
+    ForkReleased {
+        source: String,
+        source_id: u64,
+    },
     /// Summaries of this shard's streams of `bucket` whose id starts with `prefix`.
     ScanBucket {
         bucket: String,

@@ -170,7 +170,9 @@ fn data_offset_points_at_the_data() {
         assert_eq!(at, data_offset(&entry));
         let payload = &out[2..];
         if let Entry::Stream(
-            Command::Create { data, .. } | Command::Append { data, .. } | Command::Fork { data, .. },
+            Command::Create { data, .. }
+            | Command::Append { data, .. }
+            | Command::Fork { data, .. },
         )
         | Entry::Relocate { data, .. } = &entry
         {

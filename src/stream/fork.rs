@@ -26,7 +26,12 @@ impl Table {
     /// landed at `extent`, with the message ends inside them.
     pub fn stage(&mut self, stream_id: u64, extent: Extent, ends: &[u64]) {
         let staged = self.staged.entry(stream_id).or_default();
-        debug_assert!(staged.extents.last().is_none_or(|e| e.end() == extent.start));
+        debug_assert!(
+            staged
+                .extents
+                .last()
+                .is_none_or(|e| e.end() == extent.start)
+        );
         debug_assert!(ends.iter().all(|&e| e > extent.start && e <= extent.end()));
         staged.extents.push(extent);
         staged.ends.extend_from_slice(ends);
@@ -81,12 +86,19 @@ impl Table {
         else {
             unreachable!("apply_fork takes Fork only");
         };
-        assert!(!self.streams.contains_key(&key), "fork over an existing stream");
+        assert!(
+            !self.streams.contains_key(&key),
+            "fork over an existing stream"
+        );
         let id = incarnation_id(&key, now_ms);
         let staged = self.staged.remove(&id).unwrap_or_default();
         let mut messages = RecordIndex::starting_at(first_record, retained);
         staged.ends.iter().for_each(|&end| messages.push(end));
-        assert_eq!(messages.end(), start, "inherited data ends at the fork point");
+        assert_eq!(
+            messages.end(),
+            start,
+            "inherited data ends at the fork point"
+        );
         let mut stream = Stream {
             id,
             json: crate::protocol::content_type::is_json(&content_type),
