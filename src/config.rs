@@ -347,10 +347,12 @@ mod tests {
 
     #[test]
     fn the_file_round_trips_and_flags_override_it() {
-        let mut c = Config::default();
-        c.cores = 3;
-        c.fsync = FsyncPolicy::Interval(200);
-        c.data_dir = PathBuf::from("/var/lib/rill");
+        let c = Config {
+            cores: 3,
+            fsync: FsyncPolicy::Interval(200),
+            data_dir: PathBuf::from("/var/lib/rill"),
+            ..Config::default()
+        };
         let text = c.to_toml();
         let back = Config::from_toml(&text).unwrap();
         assert_eq!(back.to_toml(), text);
