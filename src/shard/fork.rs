@@ -124,17 +124,14 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
     };
     let id = incarnation_id(req.key, req.now_ms);
     let json = crate::protocol::content_type::is_json(&config.content_type);
-    let copied = copy(shard, req.key, id, json, &rx).await;
-    let prefix = match copied {
+    let _staging = Staging::begin(shard, id);
+    let prefix = match copy(shard, req.key, id, json, &rx).await {
         Ok(prefix) => prefix,
-        Err(reply) => {
-            shard.table.borrow_mut().unstage(id);
-            return reply;
-        }
+        Err(reply) => return reply,
     };
-    if let Some(existing) = shard.table.borrow().get(req.key) {
-        shard.table.borrow_mut().unstage(id);
-        return fork::recreate(existing, &request);
+    let existing = shard.table.borrow().get(req.key).map(|s| fork::recreate(s, &request));
+    if let Some(reply) = existing {
+        return reply;
     }
     let mut data = prefix;
     data.extend_from_slice(&config.body);
@@ -156,6 +153,27 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
     match shard.submit(vec![command]).await {
         Ok(()) => created(shard, req, plan.anchor),
         Err(e) => e.response(),
+    }
+}
+
+/// A fork's staging area, dropped however the fork ends (committed, failed,
+/// or its request cancelled): the FORK command's apply has taken the staged
+/// extents by then, or they are abandoned and late commits are ignored.
+struct Staging<'a> {
+    shard: &'a Shard,
+    id: u64,
+}
+
+impl<'a> Staging<'a> {
+    fn begin(shard: &'a Shard, id: u64) -> Staging<'a> {
+        shard.table.borrow_mut().begin_stage(id);
+        Staging { shard, id }
+    }
+}
+
+impl Drop for Staging<'_> {
+    fn drop(&mut self) {
+        self.shard.table.borrow_mut().unstage(self.id);
     }
 }
 

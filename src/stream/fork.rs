@@ -22,10 +22,18 @@ pub struct Staged {
 }
 
 impl Table {
+    /// Starts staging the inherited data of fork incarnation `stream_id`.
+    pub fn begin_stage(&mut self, stream_id: u64) {
+        self.staged.insert(stream_id, Staged::default());
+    }
+
     /// Records that inherited bytes of the fork incarnation `stream_id`
-    /// landed at `extent`, with the message ends inside them.
+    /// landed at `extent`, with the message ends inside them; ignored when
+    /// the fork was abandoned meanwhile.
     pub fn stage(&mut self, stream_id: u64, extent: Extent, ends: &[u64]) {
-        let staged = self.staged.entry(stream_id).or_default();
+        let Some(staged) = self.staged.get_mut(&stream_id) else {
+            return;
+        };
         debug_assert!(
             staged
                 .extents
