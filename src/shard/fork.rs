@@ -129,7 +129,11 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         Ok(prefix) => prefix,
         Err(reply) => return reply,
     };
-    let existing = shard.table.borrow().get(req.key).map(|s| fork::recreate(s, &request));
+    let existing = shard
+        .table
+        .borrow()
+        .get(req.key)
+        .map(|s| fork::recreate(s, &request));
     if let Some(reply) = existing {
         return reply;
     }
