@@ -97,10 +97,8 @@ pub async fn handle(
         ),
         Target::Bucket { bucket } => buckets::bucket_request(shard, head, &bucket).await,
         Target::BucketStreams { bucket } => buckets::list_request(shard, head, &bucket).await,
-        Target::Health => Response::new(200)
-            .header("content-type", "application/json")
-            .header("cache-control", "no-store")
-            .with_body(br#"{"status":"ok"}"#.to_vec()),
+        Target::Health => crate::health::live(),
+        Target::Ready => crate::health::ready(),
         Target::NotFound => not_found("no such resource"),
         Target::Invalid(message) => bad_request(message),
     };

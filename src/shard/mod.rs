@@ -224,6 +224,7 @@ impl Shard {
 
     /// Stops accepting, wakes waiters so live reads end.
     pub fn begin_stop(&self) {
+        crate::health::mark_stopping();
         self.stopping.set(true);
         self.stop.notify();
         self.waiters.notify_all();
