@@ -10,6 +10,7 @@ pub mod datadir;
 pub mod health;
 pub mod http;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod repair;
 pub mod reshard;

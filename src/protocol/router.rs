@@ -43,6 +43,8 @@ pub enum Target {
     Health,
     /// Readiness: `/v1/health/ready`.
     Ready,
+    /// Prometheus text metrics: `/v1/metrics`.
+    Metrics,
     NotFound,
     Invalid(&'static str),
 }
@@ -83,6 +85,7 @@ pub fn route(raw_path: &str) -> Target {
         return match raw_path {
             "/v1/health" | "/v1/health/live" => Target::Health,
             "/v1/health/ready" => Target::Ready,
+            "/v1/metrics" => Target::Metrics,
             _ => Target::NotFound,
         };
     }
@@ -204,5 +207,6 @@ mod tests {
         assert_eq!(route("/v1/health"), Target::Health);
         assert_eq!(route("/v1/health/live"), Target::Health);
         assert_eq!(route("/v1/health/ready"), Target::Ready);
+        assert_eq!(route("/v1/metrics"), Target::Metrics);
     }
 }
