@@ -7,8 +7,10 @@
 pub mod clock;
 pub mod config;
 pub mod datadir;
+pub mod health;
 pub mod http;
 pub mod log;
+pub mod metrics;
 pub mod protocol;
 pub mod repair;
 pub mod reshard;

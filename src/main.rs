@@ -127,6 +127,7 @@ fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    rill::health::mark_ready();
     eprintln!(
         "rill: listening on {} shards={} data_dir={}",
         config.listen,

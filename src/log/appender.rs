@@ -13,6 +13,7 @@
 
 use std::io;
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use super::aligned::{AlignedBuf, BLOCK};
 use super::storage::{SegmentFile, Storage};
@@ -38,7 +39,12 @@ pub struct Appender<S: Storage + 'static> {
     /// A failed batch left bytes in `[from, to)` that a scrub must zero.
     dirty: Option<(u64, u64)>,
     written_unsynced: bool,
+    /// How long each data sync took, until `take_sync_times` (metrics).
+    sync_times: Vec<Duration>,
 }
+
+/// Sync times kept for a caller that never takes them (re-sharding).
+const MAX_SYNC_TIMES: usize = 64;
 
 fn block_start(pos: u64) -> u64 {
     pos - pos % BLOCK as u64
@@ -80,6 +86,7 @@ impl<S: Storage + 'static> Appender<S> {
             spare: None,
             dirty: scrub_to.map(|to| (block_start(end.pos), to.max(block_start(end.pos)))),
             written_unsynced: false,
+            sync_times: Vec::new(),
         };
         appender.scrub().await?;
         appender.prepare_spare();
@@ -207,10 +214,25 @@ impl<S: Storage + 'static> Appender<S> {
     /// Makes every write so far durable.
     pub async fn sync(&mut self) -> io::Result<()> {
         if self.written_unsynced {
-            self.file.sync_data().await?;
+            self.sync_data().await?;
             self.written_unsynced = false;
         }
         Ok(())
+    }
+
+    /// One data sync of the current segment, timed.
+    async fn sync_data(&mut self) -> io::Result<()> {
+        let began = Instant::now();
+        let result = self.file.sync_data().await;
+        if self.sync_times.len() < MAX_SYNC_TIMES {
+            self.sync_times.push(began.elapsed());
+        }
+        result
+    }
+
+    /// How long each data sync since the last call took.
+    pub fn take_sync_times(&mut self) -> Vec<Duration> {
+        std::mem::take(&mut self.sync_times)
     }
 
     /// Zeroes what a failed batch may have left behind (keeping the data
@@ -224,7 +246,7 @@ impl<S: Storage + 'static> Appender<S> {
         buf.resize_zeroed((to - from) as usize);
         buf.as_mut_slice()[..self.tail.len()].copy_from_slice(&self.tail);
         self.write_all(buf, from).await?;
-        self.file.sync_data().await?;
+        self.sync_data().await?;
         self.dirty = None;
         self.written_unsynced = false;
         Ok(())

@@ -39,7 +39,12 @@ pub enum Target {
     BucketStreams {
         bucket: String,
     },
+    /// Liveness: `/v1/health`, `/v1/health/live`.
     Health,
+    /// Readiness: `/v1/health/ready`.
+    Ready,
+    /// Prometheus text metrics: `/v1/metrics`.
+    Metrics,
     NotFound,
     Invalid(&'static str),
 }
@@ -78,7 +83,9 @@ pub fn route(raw_path: &str) -> Target {
     }
     if raw_path.starts_with("/v1/") || raw_path == "/v1" {
         return match raw_path {
-            "/v1/health" | "/v1/health/live" | "/v1/health/ready" => Target::Health,
+            "/v1/health" | "/v1/health/live" => Target::Health,
+            "/v1/health/ready" => Target::Ready,
+            "/v1/metrics" => Target::Metrics,
             _ => Target::NotFound,
         };
     }
@@ -198,5 +205,8 @@ mod tests {
             Target::Stream { .. }
         ));
         assert_eq!(route("/v1/health"), Target::Health);
+        assert_eq!(route("/v1/health/live"), Target::Health);
+        assert_eq!(route("/v1/health/ready"), Target::Ready);
+        assert_eq!(route("/v1/metrics"), Target::Metrics);
     }
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::Shard;
-use super::conn::{respond, write_bytes};
+use super::conn::{respond, responding, write_bytes};
 use super::store;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Framing};
@@ -67,12 +67,12 @@ pub async fn serve(
     keep: bool,
 ) -> bool {
     if !shard.buckets.borrow().contains_key(bucket) {
-        return respond(socket, not_found("bucket not found"), keep, false).await;
+        return respond(shard, socket, not_found("bucket not found"), keep, false).await;
     }
     if !matches!(head.method, Method::Get) {
         let reply = Response::error(405, "method_not_allowed", "bootstrap takes GET")
             .header("allow", "GET, OPTIONS");
-        return respond(socket, reply, keep, false).await;
+        return respond(shard, socket, reply, keep, false).await;
     }
     let req = Request {
         head,
@@ -83,11 +83,12 @@ pub async fn serve(
         jitter_seed: 0,
     };
     if let Err(reply) = bootstrap::check(&req) {
-        return respond(socket, reply, keep, false).await;
+        return respond(shard, socket, reply, keep, false).await;
     }
     let Some((plan, reply_head, boundary)) = plan(shard, key) else {
-        return respond(socket, not_found("stream not found"), keep, false).await;
+        return respond(shard, socket, not_found("stream not found"), keep, false).await;
     };
+    responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
     render::encode(&reply_head, Framing::Chunked, keep, false, &mut out);
     if !write_bytes(socket, out).await {

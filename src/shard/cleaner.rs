@@ -27,6 +27,7 @@ use super::commit::Effect;
 use crate::log::format::{self, Decoded};
 use crate::log::recovery::read_segment;
 use crate::log::storage::{DirectStorage, Storage};
+use crate::metrics::Counter;
 use crate::stream::Command;
 use crate::stream::codec::{self, Entry};
 use crate::stream::rebuild::image_of;
@@ -45,8 +46,12 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
                 break;
             }
             match clean(&shard, &storage, victim).await {
-                Ok(()) => eprintln!("rill: shard {}: cleaned segment {victim}", shard.index),
+                Ok(()) => {
+                    shard.metrics.add(Counter::SegmentsCleaned, 1);
+                    eprintln!("rill: shard {}: cleaned segment {victim}", shard.index)
+                }
                 Err(e) => {
+                    shard.metrics.add(Counter::CleanFailures, 1);
                     eprintln!(
                         "rill: shard {}: cleaning segment {victim} failed: {e}",
                         shard.index

@@ -159,6 +159,8 @@ pub struct Commits {
 pub struct Batch {
     pub bytes: Vec<u8>,
     pub last_seq: u64,
+    /// How many records it holds.
+    pub records: usize,
 }
 
 impl Commits {
@@ -248,7 +250,11 @@ impl Commits {
             record.0 -= cut;
         }
         format::set_flags(&mut bytes[last_start..], format::FLAG_BATCH_END);
-        Some(Batch { bytes, last_seq })
+        Some(Batch {
+            bytes,
+            last_seq,
+            records: count,
+        })
     }
 
     /// Remembers where in the batch each of its records starts.

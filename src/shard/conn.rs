@@ -15,6 +15,7 @@ use super::{Shard, dispatch, placement};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::parse::{BodyKind, HttpError, Limits, Method, RequestHead, parse_head};
 use crate::http::render::{self, Framing};
+use crate::metrics::{Counter, Route};
 use crate::protocol::{Response, router};
 
 const READ_CHUNK: usize = 16 << 10;
@@ -89,11 +90,13 @@ const VECTORED_BODY_BYTES: usize = 16 << 10;
 
 /// Writes a whole response; returns whether the connection stays usable.
 pub async fn respond(
+    shard: &Shard,
     socket: &mut TcpStream,
     resp: Response,
     keep_alive: bool,
     head_request: bool,
 ) -> bool {
+    responding(shard, socket, resp.status);
     let vectored = !head_request && resp.body.len() >= VECTORED_BODY_BYTES;
     let mut out = Vec::with_capacity(512 + if vectored { 0 } else { resp.body.len() });
     render::encode(
@@ -138,6 +141,13 @@ async fn write_vectored(socket: &mut TcpStream, head: Vec<u8>, body: Vec<u8>) ->
         body[body_done..].to_vec()
     };
     write_bytes(socket, rest).await
+}
+
+/// Notes the status of the response starting on `socket`; the request is
+/// counted (`rill_http_requests_total`) once `serve` is done with it.
+pub fn responding(shard: &Shard, socket: &TcpStream, status: u16) {
+    use std::os::fd::AsRawFd;
+    shard.metrics.responding(socket.as_raw_fd(), status);
 }
 
 fn http_error(e: &HttpError) -> Response {
@@ -237,28 +247,33 @@ fn stalled(fill: Fill) -> Result<(), Response> {
 pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>) {
     let limits = shard.config.http_limits();
     let idle = Duration::from_millis(shard.config.idle_timeout_ms);
+    let _open = shard.metrics.connection();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
     loop {
         let head = match read_head(&mut socket, &mut buf, &limits, idle).await {
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
-                respond(&mut socket, resp, false, false).await;
-                return;
+                respond(&shard, &mut socket, resp, false, false).await;
+                return shard.metrics.finish_request(fd, Route::Other);
             }
         };
         let target = router::route(&head.raw_path);
         if let Some(owner) = other_owner(&shard, &head, &target) {
             return hand_off(&shard, socket, buf, owner);
         }
+        let route = Route::of(&target);
         buf.drain(..head.head_len);
         let body = match read_body(&mut socket, &mut buf, &head, &limits, idle).await {
             Ok(body) => body,
             Err(resp) => {
-                respond(&mut socket, resp, false, false).await;
-                return;
+                respond(&shard, &mut socket, resp, false, false).await;
+                return shard.metrics.finish_request(fd, route);
             }
         };
-        if !dispatch::handle(&shard, &mut socket, &head, body, target).await {
+        let keep = dispatch::handle(&shard, &mut socket, &head, body, target).await;
+        shard.metrics.finish_request(fd, route);
+        if !keep {
             return;
         }
     }
@@ -284,6 +299,7 @@ fn hand_off(shard: &Shard, socket: TcpStream, buffered: Vec<u8>, owner: usize) {
     // io_uring arms a poll for blocking sockets itself; a non-blocking one
     // would surface EAGAIN to the new owner.
     let _ = socket.set_nonblocking(false);
+    shard.metrics.add(Counter::Handoffs, 1);
     if !shard
         .mesh
         .send(owner, MeshMsg::Handoff { socket, buffered })

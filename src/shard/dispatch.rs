@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, batch, bootstrap, buckets, fork, live, snapshot};
+use super::{Shard, batch, bootstrap, buckets, fork, live, metrics, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
@@ -24,7 +24,7 @@ pub async fn handle(
     let keep = head.keep_alive && !shard.stopping.get();
     let is_head = head.method == Method::Head;
     if head.method == Method::Options {
-        return respond(socket, render::preflight(), keep, false).await;
+        return respond(shard, socket, render::preflight(), keep, false).await;
     }
     let reply = match target {
         Target::Stream {
@@ -97,14 +97,13 @@ pub async fn handle(
         ),
         Target::Bucket { bucket } => buckets::bucket_request(shard, head, &bucket).await,
         Target::BucketStreams { bucket } => buckets::list_request(shard, head, &bucket).await,
-        Target::Health => Response::new(200)
-            .header("content-type", "application/json")
-            .header("cache-control", "no-store")
-            .with_body(br#"{"status":"ok"}"#.to_vec()),
+        Target::Health => crate::health::live(),
+        Target::Ready => crate::health::ready(),
+        Target::Metrics => metrics::serve(shard).await,
         Target::NotFound => not_found("no such resource"),
         Target::Invalid(message) => bad_request(message),
     };
-    respond(socket, reply, keep, is_head).await
+    respond(shard, socket, reply, keep, is_head).await
 }
 
 /// Forks and soft deletes (PROTOCOL.md §4.2): the answer to a request on
@@ -188,7 +187,7 @@ async fn stream_request(
     if let Some(bucket) = sr.bucket
         && let Err(reply) = bucket_admits(shard, bucket, &sr)
     {
-        return respond(socket, reply, keep, is_head).await;
+        return respond(shard, socket, reply, keep, is_head).await;
     }
     let now_ms = shard.reap_if_expired(sr.key);
     let req = Request {
@@ -201,7 +200,7 @@ async fn stream_request(
     };
     if let Some(reply) = lifecycle(shard, &sr, &req).await {
         let reply = advertised(shard, sr.key, reply);
-        return respond(socket, reply, keep, is_head).await;
+        return respond(shard, socket, reply, keep, is_head).await;
     }
     let action = match sr.attrs {
         true => protocol::attrs::decide(&req, &shard.table.borrow()),
@@ -223,18 +222,18 @@ async fn stream_request(
                 false => reply,
             };
             let reply = advertised(shard, sr.key, reply);
-            respond(socket, reply, keep, is_head).await
+            respond(shard, socket, reply, keep, is_head).await
         }
         Action::Commit { commands, reply } => {
             if shard.commit_queue_full() {
-                return respond(socket, queue_full(), keep, is_head).await;
+                return respond(shard, socket, queue_full(), keep, is_head).await;
             }
             let reply = shard
                 .submit(commands)
                 .await
                 .map_or_else(|e| e.response(), |()| reply);
             let reply = advertised(shard, sr.key, reply);
-            respond(socket, reply, keep, is_head).await
+            respond(shard, socket, reply, keep, is_head).await
         }
         Action::Read(plan) => {
             let if_none_match = sr.head.header("if-none-match").map(str::to_string);

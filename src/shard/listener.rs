@@ -10,7 +10,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
 use super::{
-    Shard, buckets, cleaner, conn, fork, guard, placement, snapshot, startup, store, writer,
+    Shard, buckets, cleaner, conn, fork, guard, metrics, placement, snapshot, startup, store,
+    writer,
 };
 use crate::config::Config;
 use crate::stream::Command;
@@ -125,6 +126,7 @@ pub fn run_shard(
             segments,
         ));
         *shard.buckets.borrow_mut() = ready.buckets;
+        shard.metrics.set_recovery(ready.recovery);
         monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
         monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
         monoio::spawn(inbox_loop(shard.clone(), inbox));
@@ -187,6 +189,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
         monoio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((socket, _peer)) => {
+                    shard.metrics.add(crate::metrics::Counter::Accepted, 1);
                     let _ = socket.set_nodelay(true);
                     monoio::spawn(guard::contain(shard.index, conn::serve(shard.clone(), socket, Vec::new())));
                 }
@@ -214,6 +217,9 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<MeshMsg>) {
                 }
                 Err(e) => eprintln!("rill: shard {}: handoff: {e}", shard.index),
             },
+            MeshMsg::Metrics { reply } => {
+                let _ = reply.send(metrics::snapshot(&shard));
+            }
             MeshMsg::Shutdown => {
                 shard.begin_stop();
                 break;

@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use monoio::net::TcpStream;
 
 use super::Shard;
-use super::conn::{respond, write_bytes};
+use super::conn::{respond, responding, write_bytes};
 use super::signal::Signal;
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing};
+use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, ReadPlan};
 use crate::protocol::response::not_found;
@@ -33,7 +34,7 @@ pub async fn serve(
     match plan.mode {
         LiveMode::CatchUp => {
             let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
-            respond(socket, reply, keep, false).await
+            respond(shard, socket, reply, keep, false).await
         }
         LiveMode::LongPoll => long_poll(shard, socket, plan, keep).await,
         LiveMode::Sse => sse(shard, socket, plan, keep).await,
@@ -97,6 +98,7 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
 }
 
 async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
+    let waiting = shard.metrics.subscriber(Mode::LongPoll);
     let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
     let signal = shard.waiters.signal(&plan.key);
     let mut timed_out = false;
@@ -115,7 +117,8 @@ async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, ke
     };
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, signal);
-    respond(socket, reply, keep, false).await
+    drop(waiting);
+    respond(shard, socket, reply, keep, false).await
 }
 
 async fn poll_data(
@@ -149,13 +152,15 @@ async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bo
         .get_visible(&plan.key)
         .map(|stream| read::sse_head(stream, &plan));
     let Some(head) = head else {
-        return respond(socket, not_found("stream not found"), keep, false).await;
+        return respond(shard, socket, not_found("stream not found"), keep, false).await;
     };
+    responding(shard, socket, head.status);
     let mut out = Vec::new();
     render::encode(&head, Framing::Chunked, keep, false, &mut out);
     if !write_bytes(socket, out).await {
         return false;
     }
+    let _live = shard.metrics.subscriber(Mode::Sse);
     let key = plan.key.clone();
     let signal = shard.waiters.signal(&key);
     let ok = stream_events(shard, socket, SseCursor::new(plan), &signal).await;

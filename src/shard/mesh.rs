@@ -1,7 +1,7 @@
 //! The mesh: bounded-latency message passing between shards (flume channels
 //! woken through monoio's cross-thread unpark). Carries connection handoffs,
-//! bucket registry replication, scatter-gather queries, fork copies and
-//! shutdown.
+//! bucket registry replication, scatter-gather queries (bucket listings,
+//! metrics), fork copies and shutdown.
 
 use std::net::TcpStream as StdTcpStream;
 
@@ -55,6 +55,10 @@ pub enum MeshMsg {
         bucket: String,
         prefix: String,
         reply: flume::Sender<Vec<StreamSummary>>,
+    },
+    /// This shard's metrics snapshot, for a scrape of `/v1/metrics`.
+    Metrics {
+        reply: flume::Sender<crate::metrics::Snapshot>,
     },
     Shutdown,
 }

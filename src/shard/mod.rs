@@ -14,6 +14,7 @@ pub mod guard;
 pub mod listener;
 pub mod live;
 pub mod mesh;
+pub mod metrics;
 pub mod placement;
 pub mod signal;
 pub mod snapshot;
@@ -53,6 +54,8 @@ pub struct Shard {
     /// Snapshot blobs written whose SNAPSHOT record is not committed yet:
     /// the blob sweep must leave them alone.
     pub pending_blobs: RefCell<HashSet<PathBuf>>,
+    /// This shard's counters, gauges and histograms (`/v1/metrics`).
+    pub metrics: crate::metrics::Metrics,
     jitter: Cell<u64>,
 }
 
@@ -78,6 +81,7 @@ impl Shard {
             segments,
             head_segment: Cell::new(0),
             pending_blobs: RefCell::new(HashSet::new()),
+            metrics: crate::metrics::Metrics::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -152,6 +156,7 @@ impl Shard {
         for done in &committed {
             match &done.effect {
                 Effect::Stream { applied, undo } => {
+                    metrics::count_committed(&self.metrics, applied, undo);
                     if self.table.borrow_mut().publish(applied, done.location) {
                         self.waiters.notify(&applied.key);
                     }
@@ -224,6 +229,7 @@ impl Shard {
 
     /// Stops accepting, wakes waiters so live reads end.
     pub fn begin_stop(&self) {
+        crate::health::mark_stopping();
         self.stopping.set(true);
         self.stop.notify();
         self.waiters.notify_all();

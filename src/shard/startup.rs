@@ -42,6 +42,8 @@ pub struct Ready {
     pub appender: Appender<DirectStorage>,
     pub storage: Rc<DirectStorage>,
     pub next_seq: u64,
+    /// How long recovering the log and rebuilding the table took.
+    pub recovery: std::time::Duration,
 }
 
 /// Replays one committed record (found at `at`) into a rebuild.
@@ -110,7 +112,9 @@ pub async fn start(
     dir: std::path::PathBuf,
     startup: Startup,
 ) -> Option<Ready> {
+    let began = std::time::Instant::now();
     let recovered = recover(index, config, dir).await;
+    let recovery = began.elapsed();
     let (recovered, mut table, registry, storage) = match recovered {
         Ok(parts) => parts,
         Err(message) => {
@@ -162,6 +166,7 @@ pub async fn start(
         appender,
         storage: storage_for_reads,
         next_seq: recovered.next_seq,
+        recovery,
     })
 }
 

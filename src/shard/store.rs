@@ -10,6 +10,7 @@ use std::rc::Rc;
 use super::Shard;
 use crate::log::aligned::{AlignedBuf, BLOCK};
 use crate::log::storage::{DirectFile, DirectStorage, SegmentFile, Storage};
+use crate::metrics::Counter;
 use crate::stream::data::Extent;
 
 /// Open segment files for reading, by index (bounded; reopened on demand).
@@ -76,6 +77,11 @@ impl Segments {
         self.storage.dir()
     }
 
+    /// Indexes of the segment files on disk.
+    pub fn on_disk(&self) -> io::Result<Vec<u64>> {
+        self.storage.list()
+    }
+
     /// Forgets open handles of a removed segment.
     pub fn forget(&self, segment: u64) {
         self.files.borrow_mut().remove(&segment);
@@ -103,6 +109,7 @@ pub async fn fetch(
     let mut out = Vec::with_capacity((end - start) as usize);
     let mut pos = start;
     let mut retries = 0;
+    let mut from_log = 0;
     while pos < end {
         let (extents, to) = {
             let table = shard.table.borrow();
@@ -136,10 +143,25 @@ pub async fn fetch(
         if moved {
             continue;
         }
+        from_log += to - pos;
         pos = to;
     }
     debug_assert_eq!(out.len() as u64, end - start);
+    count_fetch(shard, end - start, from_log);
     Ok(out)
+}
+
+/// A fetch of `len` bytes, `from_log` of them read from the segments: a
+/// cache hit when none were (empty fetches are not reads).
+fn count_fetch(shard: &Shard, len: u64, from_log: u64) {
+    debug_assert!(from_log <= len);
+    let counter = match (len, from_log) {
+        (0, _) => return,
+        (_, 0) => Counter::CacheHits,
+        _ => Counter::CacheMisses,
+    };
+    shard.metrics.add(counter, 1);
+    shard.metrics.add(Counter::LogReadBytes, from_log);
 }
 
 /// Extents read together: same segment, each within `RUN_GAP_BYTES` of the

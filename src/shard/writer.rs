@@ -1,13 +1,15 @@
 //! The writer task of a shard: takes queued records as one batch, appends
-//! them to the log, and reports the outcome to the commit pipeline.
+//! them to the log, and reports the outcome to the commit pipeline (and
+//! the batch and its syncs to the shard's metrics).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use super::Shard;
+use super::{Shard, metrics};
 use crate::config::FsyncPolicy;
 use crate::log::appender::Appender;
 use crate::log::storage::Storage;
+use crate::metrics::Counter;
 
 pub async fn run<S: Storage + 'static>(
     shard: Rc<Shard>,
@@ -29,11 +31,14 @@ pub async fn run<S: Storage + 'static>(
             FsyncPolicy::Always => true,
             FsyncPolicy::Interval(ms) => last_sync.elapsed() >= Duration::from_millis(ms),
         };
-        match appender.append(&batch.bytes, sync_now).await {
+        let result = appender.append(&batch.bytes, sync_now).await;
+        metrics::count_syncs(&shard.metrics, appender.take_sync_times());
+        match result {
             Ok(landed) => {
                 if sync_now {
                     last_sync = Instant::now();
                 }
+                metrics::count_batch(&shard.metrics, batch.records, batch.bytes.len());
                 shard.head_segment.set(appender.end().segment);
                 shard.on_committed(batch.last_seq, (landed.segment, landed.pos), sync_now);
             }
@@ -42,6 +47,7 @@ pub async fn run<S: Storage + 'static>(
                     "rill: shard {}: log write failed: {e}; uncommitted writes rolled back",
                     shard.index
                 );
+                shard.metrics.add(Counter::CommitFailures, 1);
                 shard.on_failed(&e);
             }
         }
@@ -62,7 +68,9 @@ async fn idle<S: Storage + 'static>(
         FsyncPolicy::Interval(ms) => {
             let period = Duration::from_millis(ms);
             if monoio::time::timeout(period, changed).await.is_err() {
-                match appender.sync().await {
+                let synced = appender.sync().await;
+                metrics::count_syncs(&shard.metrics, appender.take_sync_times());
+                match synced {
                     Ok(()) => shard.commits.synced_all(),
                     Err(e) => {
                         eprintln!("rill: shard {}: periodic log sync failed: {e}", shard.index)
