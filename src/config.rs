@@ -68,6 +68,9 @@ pub struct Config {
     pub max_commit_queue_bytes: usize,
     /// Largest snapshot blob (extensions §2.2); larger gets 413.
     pub max_snapshot_bytes: usize,
+    /// Open client connections a shard serves; more are answered 503 and
+    /// closed.
+    pub max_connections: u64,
 }
 
 impl Default for Config {
@@ -88,6 +91,7 @@ impl Default for Config {
             clean_interval_ms: 10_000,
             max_commit_queue_bytes: 256 << 20,
             max_snapshot_bytes: 32 << 20,
+            max_connections: 50_000,
         }
     }
 }
@@ -122,6 +126,8 @@ OPTIONS:
     --max-commit-queue-bytes N  log bytes a shard may queue for the disk; more writes get 503
                                 with Retry-After [default: 268435456]
     --max-snapshot-bytes N      largest snapshot blob; larger gets 413 [default: 33554432]
+    --max-connections N         open client connections per shard; more are answered 503
+                                and closed [default: 50000]
     -h, --help                  print this help
 ";
 
@@ -181,6 +187,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("clean-interval-ms", clean_interval_ms),
     setting!("max-commit-queue-bytes", max_commit_queue_bytes),
     setting!("max-snapshot-bytes", max_snapshot_bytes),
+    setting!("max-connections", max_connections),
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {

@@ -80,3 +80,40 @@ fn full_commit_queue_answers_503_and_applies_nothing_refused() {
         );
     }
 }
+
+/// `--max-connections`: a shard at its limit answers new connections 503
+/// with Retry-After and a JSON body, then closes them; held connections keep
+/// working and a freed slot is usable again.
+#[test]
+fn connections_over_the_limit_get_503_and_are_closed() {
+    let s = Server::start(&["--cores", "1", "--max-connections", "3"]);
+    let mut held: Vec<Conn> = (0..3).map(|_| Conn::open(s.addr)).collect();
+    for c in &mut held {
+        assert_eq!(c.request("GET", "/v1/health", &[], b"").status, 200);
+    }
+    let refused = req(s.addr, "GET", "/v1/health", &[], b"");
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert!(
+        refused.text().contains("too_many_connections"),
+        "{}",
+        refused.text()
+    );
+    for c in &mut held {
+        assert_eq!(c.request("GET", "/v1/health", &[], b"").status, 200);
+    }
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = req(s.addr, "GET", "/v1/health", &[], b"");
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the freed slot never came back"
+        );
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -183,6 +183,26 @@ async fn drop_foreign_streams(shard: &Shard) {
     }
 }
 
+/// A connection over `--max-connections`: 503 with Retry-After, then close
+/// (the request is not read).
+async fn refuse(mut socket: monoio::net::TcpStream) {
+    let reply = crate::protocol::Response::error(
+        503,
+        "too_many_connections",
+        "this server shard is at its connection limit; retry shortly",
+    )
+    .header("retry-after", "1");
+    let mut out = Vec::new();
+    crate::http::render::encode(
+        &reply,
+        crate::http::render::Framing::Length,
+        false,
+        false,
+        &mut out,
+    );
+    conn::write_bytes(&mut socket, out).await;
+}
+
 async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
     while !shard.stopping.get() {
         let seen = shard.stop.generation();
@@ -191,6 +211,10 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
                 Ok((socket, _peer)) => {
                     shard.metrics.add(crate::metrics::Counter::Accepted, 1);
                     let _ = socket.set_nodelay(true);
+                    if shard.metrics.open_connections() >= shard.config.max_connections {
+                        monoio::spawn(refuse(socket));
+                        continue;
+                    }
                     monoio::spawn(guard::contain(shard.index, conn::serve(shard.clone(), socket, Vec::new())));
                 }
                 Err(e) => {
