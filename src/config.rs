@@ -57,6 +57,9 @@ pub struct Config {
     pub max_commit_queue_bytes: usize,
     /// Largest snapshot blob (extensions §2.2); larger gets 413.
     pub max_snapshot_bytes: usize,
+    /// How long shutdown may take after SIGTERM/SIGINT before the process
+    /// gives up waiting for its shards and exits with status 1.
+    pub shutdown_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -77,6 +80,7 @@ impl Default for Config {
             clean_interval_ms: 10_000,
             max_commit_queue_bytes: 256 << 20,
             max_snapshot_bytes: 32 << 20,
+            shutdown_timeout_ms: 10_000,
         }
     }
 }
@@ -109,6 +113,9 @@ OPTIONS:
     --max-commit-queue-bytes N  log bytes a shard may queue for the disk; more writes get 503
                                 with Retry-After [default: 268435456]
     --max-snapshot-bytes N      largest snapshot blob; larger gets 413 [default: 33554432]
+    --shutdown-timeout-ms MS    after SIGTERM/SIGINT, how long live responses may take to end
+                                and the log to be synced; past it rill exits with status 1
+                                [default: 10000]
     -h, --help                  print this help
 ";
 
@@ -146,6 +153,7 @@ impl Config {
                     config.max_commit_queue_bytes = parse(name, &value()?)?
                 }
                 "--max-snapshot-bytes" => config.max_snapshot_bytes = parse(name, &value()?)?,
+                "--shutdown-timeout-ms" => config.shutdown_timeout_ms = parse(name, &value()?)?,
                 other => return Err(format!("unknown option {other}; see rill serve --help")),
             }
         }
@@ -161,6 +169,7 @@ impl Config {
             || self.sse_cycle_ms == 0
             || self.idle_timeout_ms == 0
             || self.clean_interval_ms == 0
+            || self.shutdown_timeout_ms == 0
         {
             return Err("timeouts must be positive".into());
         }
@@ -213,7 +222,11 @@ mod tests {
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.cores, 2);
         assert_eq!(c.long_poll_timeout_ms, 1500);
-        assert_eq!(Config::from_args(&[]).unwrap().listen.port(), 4437);
+        let defaults = Config::from_args(&[]).unwrap();
+        assert_eq!(defaults.listen.port(), 4437);
+        assert_eq!(defaults.shutdown_timeout_ms, 10_000);
+        let c = Config::from_args(&args(&["--shutdown-timeout-ms=2500"])).unwrap();
+        assert_eq!(c.shutdown_timeout_ms, 2500);
     }
 
     #[test]
@@ -222,5 +235,6 @@ mod tests {
         assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
+        assert!(Config::from_args(&args(&["--shutdown-timeout-ms", "0"])).is_err());
     }
 }

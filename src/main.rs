@@ -2,6 +2,8 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rill::config::{Config, SERVE_HELP};
 use rill::datadir::DataDir;
@@ -111,14 +113,31 @@ fn serve(config: Config) -> ExitCode {
     for sender in &senders {
         let _ = sender.send(MeshMsg::Shutdown);
     }
-    let mut clean = true;
-    for handle in handles {
-        clean &= handle.join().is_ok();
+    stop(handles, Duration::from_millis(config.shutdown_timeout_ms))
+}
+
+/// Waits up to `bound` for the shard threads (they end live responses,
+/// close connections, write and sync what is queued). Exit status 0 only
+/// when every shard finished and its final sync succeeded; otherwise 1,
+/// without waiting further (see docs/OPERATIONS.md "Shutdown and restarts").
+fn stop(handles: Vec<JoinHandle<()>>, bound: Duration) -> ExitCode {
+    let deadline = Instant::now() + bound;
+    while handles.iter().any(|h| !h.is_finished()) {
+        if Instant::now() >= deadline {
+            let left = handles.iter().filter(|h| !h.is_finished()).count();
+            eprintln!(
+                "rill: {left} shard(s) did not stop within {} ms; exiting anyway",
+                bound.as_millis()
+            );
+            return ExitCode::FAILURE;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let joined = handles.into_iter().all(|h| h.join().is_ok());
+    if !joined || shard::writer::final_sync_failed() {
+        eprintln!("rill: stopped with errors");
+        return ExitCode::FAILURE;
     }
     eprintln!("rill: stopped");
-    if clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::SUCCESS
 }
