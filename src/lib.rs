@@ -9,6 +9,7 @@ pub mod config;
 pub mod datadir;
 pub mod http;
 pub mod log;
+pub mod notify;
 pub mod protocol;
 pub mod repair;
 pub mod reshard;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use rill::config::{Config, SERVE_HELP};
 use rill::datadir::DataDir;
+use rill::notify;
 use rill::shard::{self, mesh::MeshMsg};
 
 const HELP: &str = "\
@@ -95,6 +96,7 @@ fn serve(config: Config) -> ExitCode {
         }
     };
     let config = Arc::new(config);
+    notify::notify_or_log("STATUS=recovering the log");
     let (handles, senders) = match shard::start(config.clone(), &data) {
         Ok(started) => started,
         Err(message) => {
@@ -102,6 +104,10 @@ fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    // Every shard has recovered: requests now see everything acknowledged
+    // before the last stop, so systemd may now start what depends on rill.
+    let serving = format!("serving on {} with {} shards", config.listen, config.cores);
+    notify::notify_or_log(&format!("READY=1\nSTATUS={serving}"));
     eprintln!(
         "rill: listening on {} shards={} data_dir={}",
         config.listen,
@@ -110,6 +116,7 @@ fn serve(config: Config) -> ExitCode {
     );
     let signal = wait_for_stop_signal(&signals);
     eprintln!("rill: signal {signal} received, stopping");
+    notify::notify_or_log("STOPPING=1\nSTATUS=stopping");
     for sender in &senders {
         let _ = sender.send(MeshMsg::Shutdown);
     }
