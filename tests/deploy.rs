@@ -195,6 +195,13 @@ fn install_refuses_to_run_without_root() {
         }
         Err(e) => panic!("run install.sh: {e}"),
     };
+    if root && out.status.code() == Some(127) {
+        println!(
+            "note: setpriv cannot drop privileges here; skipping: {}",
+            text(&out)
+        );
+        return;
+    }
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("must run as root"), "{}", text(&out));
     assert!(!Path::new("/nonexistent/rill-prefix").exists());
