@@ -144,7 +144,14 @@ fn sigterm_under_load(fsync: &str) {
     }
 
     let code = s.signal_and_wait(libc::SIGTERM, Duration::from_secs(15));
-    assert_eq!(code, Some(0), "SIGTERM under load\n{}", s.stderr());
+    let stderr = s.stderr();
+    assert_eq!(code, Some(0), "SIGTERM under load\n{stderr}");
+    if fsync.starts_with("interval") {
+        for shard in 0..2 {
+            let line = format!("rill: shard {shard}: log synced at shutdown");
+            assert!(stderr.contains(&line), "no final sync:\n{stderr}");
+        }
+    }
     let acked: Vec<usize> = writers.into_iter().map(|t| t.join().unwrap()).collect();
     let poll_reply = read_to_eof(&mut poll, "long-poll", Vec::new());
     assert!(poll_reply.starts_with("HTTP/1.1 204"), "{poll_reply:?}");

@@ -79,7 +79,10 @@ async fn final_sync<S: Storage + 'static>(
         return;
     }
     match appender.sync().await {
-        Ok(()) => shard.commits.synced_all(),
+        Ok(()) => {
+            shard.commits.synced_all();
+            eprintln!("rill: shard {}: log synced at shutdown", shard.index);
+        }
         Err(e) => {
             FINAL_SYNC_FAILED.store(true, Ordering::SeqCst);
             eprintln!("rill: shard {}: final log sync failed: {e}", shard.index);
