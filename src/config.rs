@@ -71,6 +71,9 @@ pub struct Config {
     /// Open client connections a shard serves; more are answered 503 and
     /// closed.
     pub max_connections: u64,
+    /// How long shutdown may take after SIGTERM/SIGINT before the process
+    /// gives up waiting for its shards and exits with status 1.
+    pub shutdown_timeout_ms: u64,
 }
 
 impl Default for Config {
@@ -92,6 +95,7 @@ impl Default for Config {
             max_commit_queue_bytes: 256 << 20,
             max_snapshot_bytes: 32 << 20,
             max_connections: 50_000,
+            shutdown_timeout_ms: 10_000,
         }
     }
 }
@@ -128,6 +132,9 @@ OPTIONS:
     --max-snapshot-bytes N      largest snapshot blob; larger gets 413 [default: 33554432]
     --max-connections N         open client connections per shard; more are answered 503
                                 and closed [default: 50000]
+    --shutdown-timeout-ms MS    after SIGTERM/SIGINT, how long live responses may take to end
+                                and the log to be synced; past it rill exits with status 1
+                                [default: 10000]
     -h, --help                  print this help
 ";
 
@@ -188,6 +195,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("max-commit-queue-bytes", max_commit_queue_bytes),
     setting!("max-snapshot-bytes", max_snapshot_bytes),
     setting!("max-connections", max_connections),
+    setting!("shutdown-timeout-ms", shutdown_timeout_ms),
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {
@@ -260,6 +268,7 @@ impl Config {
             || self.sse_cycle_ms == 0
             || self.idle_timeout_ms == 0
             || self.clean_interval_ms == 0
+            || self.shutdown_timeout_ms == 0
         {
             return Err("timeouts must be positive".into());
         }
@@ -349,7 +358,11 @@ mod tests {
         assert_eq!(c.listen.port(), 9000);
         assert_eq!(c.cores, 2);
         assert_eq!(c.long_poll_timeout_ms, 1500);
-        assert_eq!(Config::from_args(&[]).unwrap().listen.port(), 4437);
+        let defaults = Config::from_args(&[]).unwrap();
+        assert_eq!(defaults.listen.port(), 4437);
+        assert_eq!(defaults.shutdown_timeout_ms, 10_000);
+        let c = Config::from_args(&args(&["--shutdown-timeout-ms=2500"])).unwrap();
+        assert_eq!(c.shutdown_timeout_ms, 2500);
     }
 
     #[test]
@@ -389,5 +402,6 @@ mod tests {
         assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
+        assert!(Config::from_args(&args(&["--shutdown-timeout-ms", "0"])).is_err());
     }
 }

@@ -11,6 +11,7 @@ pub mod health;
 pub mod http;
 pub mod log;
 pub mod metrics;
+pub mod notify;
 pub mod protocol;
 pub mod repair;
 pub mod reshard;

@@ -2,9 +2,12 @@
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use rill::config::{Config, SERVE_HELP};
 use rill::datadir::DataDir;
+use rill::notify;
 use rill::shard::{self, mesh::MeshMsg};
 
 const HELP: &str = "\
@@ -120,6 +123,7 @@ fn serve(config: Config) -> ExitCode {
         }
     };
     let config = Arc::new(config);
+    notify::notify_or_log("STATUS=recovering the log");
     let (handles, senders) = match shard::start(config.clone(), &data) {
         Ok(started) => started,
         Err(message) => {
@@ -128,6 +132,10 @@ fn serve(config: Config) -> ExitCode {
         }
     };
     rill::health::mark_ready();
+    // Every shard has recovered: requests now see everything acknowledged
+    // before the last stop, so systemd may now start what depends on rill.
+    let serving = format!("serving on {} with {} shards", config.listen, config.cores);
+    notify::notify_or_log(&format!("READY=1\nSTATUS={serving}"));
     eprintln!(
         "rill: listening on {} shards={} data_dir={}",
         config.listen,
@@ -136,17 +144,35 @@ fn serve(config: Config) -> ExitCode {
     );
     let signal = wait_for_stop_signal(&signals);
     eprintln!("rill: signal {signal} received, stopping");
+    notify::notify_or_log("STOPPING=1\nSTATUS=stopping");
     for sender in &senders {
         let _ = sender.send(MeshMsg::Shutdown);
     }
-    let mut clean = true;
-    for handle in handles {
-        clean &= handle.join().is_ok();
+    stop(handles, Duration::from_millis(config.shutdown_timeout_ms))
+}
+
+/// Waits up to `bound` for the shard threads (they end live responses,
+/// close connections, write and sync what is queued). Exit status 0 only
+/// when every shard finished and its final sync succeeded; otherwise 1,
+/// without waiting further (see docs/OPERATIONS.md "Shutdown and restarts").
+fn stop(handles: Vec<JoinHandle<()>>, bound: Duration) -> ExitCode {
+    let deadline = Instant::now() + bound;
+    while handles.iter().any(|h| !h.is_finished()) {
+        if Instant::now() >= deadline {
+            let left = handles.iter().filter(|h| !h.is_finished()).count();
+            eprintln!(
+                "rill: {left} shard(s) did not stop within {} ms; exiting anyway",
+                bound.as_millis()
+            );
+            return ExitCode::FAILURE;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let joined = handles.into_iter().all(|h| h.join().is_ok());
+    if !joined || shard::writer::final_sync_failed() {
+        eprintln!("rill: stopped with errors");
+        return ExitCode::FAILURE;
     }
     eprintln!("rill: stopped");
-    if clean {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::SUCCESS
 }

@@ -190,6 +190,7 @@ async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> Rc<S
         shard.clone(),
         appender,
         FsyncPolicy::Always,
+        Rc::new(Cell::new(false)),
     ));
     shard
 }

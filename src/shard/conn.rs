@@ -3,7 +3,12 @@
 //! addresses another shard's stream, read the body (Content-Length or
 //! chunked, answering `Expect: 100-continue`), dispatch, repeat.
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use monoio::buf::IoBufMut;
@@ -243,14 +248,84 @@ fn stalled(fill: Fill) -> Result<(), Response> {
     }
 }
 
+/// Connections waiting for their next request. At shutdown they are told
+/// to close (`close_all`) instead of waiting out the idle timeout. Each
+/// waiter removes its waker when it stops waiting, so nothing accumulates.
+#[derive(Default)]
+pub struct Idle {
+    next_id: Cell<u64>,
+    closing: Cell<bool>,
+    waiting: RefCell<HashMap<u64, Waker>>,
+}
+
+impl Idle {
+    /// Wakes every waiting connection to close; later ones close at once.
+    pub fn close_all(&self) {
+        self.closing.set(true);
+        let waiting = std::mem::take(&mut *self.waiting.borrow_mut());
+        for waker in waiting.into_values() {
+            waker.wake();
+        }
+    }
+
+    fn closing(&self) -> Closing<'_> {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        Closing { idle: self, id }
+    }
+}
+
+/// Completes when idle connections must close.
+struct Closing<'a> {
+    idle: &'a Idle,
+    id: u64,
+}
+
+impl Future for Closing<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.idle.closing.get() {
+            return Poll::Ready(());
+        }
+        let mut waiting = self.idle.waiting.borrow_mut();
+        waiting.insert(self.id, cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Drop for Closing<'_> {
+    fn drop(&mut self) {
+        self.idle.waiting.borrow_mut().remove(&self.id);
+    }
+}
+
+/// Reads the next request head; between requests (nothing buffered) a
+/// closing shard ends the connection instead of waiting for one.
+async fn next_head(
+    idle: &Idle,
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    limits: &Limits,
+    timeout: Duration,
+) -> HeadRead {
+    if !buf.is_empty() {
+        return read_head(socket, buf, limits, timeout).await;
+    }
+    monoio::select! {
+        read = read_head(socket, buf, limits, timeout) => read,
+        _ = idle.closing() => HeadRead::Closed,
+    }
+}
+
 /// Serves requests on `socket` until it closes, errs, or moves to another shard.
-pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>) {
+pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, waiting: Rc<Idle>) {
     let limits = shard.config.http_limits();
     let idle = Duration::from_millis(shard.config.idle_timeout_ms);
     let _open = shard.metrics.connection();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
     loop {
-        let head = match read_head(&mut socket, &mut buf, &limits, idle).await {
+        let head = match next_head(&waiting, &mut socket, &mut buf, &limits, idle).await {
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {

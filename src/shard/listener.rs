@@ -1,6 +1,7 @@
 //! Shard threads: CPU pinning, one io_uring runtime and one SO_REUSEPORT
 //! listener per shard, the accept loop and the mesh inbox loop.
 
+use std::cell::Cell;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -9,6 +10,7 @@ use std::sync::Arc;
 use socket2::{Domain, Protocol, Socket, Type};
 
 use super::mesh::{Mesh, MeshMsg};
+use super::signal::Signal;
 use super::{
     Shard, buckets, cleaner, conn, fork, guard, metrics, placement, snapshot, startup, store,
     writer,
@@ -111,46 +113,140 @@ pub fn run_shard(
         .enable_timer()
         .build()
         .unwrap_or_else(|e| panic!("shard {index}: cannot start io_uring runtime: {e}"));
-    runtime.block_on(async move {
-        let Some(ready) = startup::start(index, &config, dir, startup).await else {
+    let inbox = Rc::new(inbox);
+    runtime.block_on(async {
+        let Some(mut ready) = startup::start(index, &config, dir, startup).await else {
             return;
         };
-        let fsync = config.fsync;
-        let segments = store::Segments::new(ready.storage.clone());
-        let shard = Rc::new(Shard::new(
-            index,
-            config,
-            mesh,
-            ready.table,
-            ready.next_seq,
-            segments,
-        ));
-        *shard.buckets.borrow_mut() = ready.buckets;
-        shard.metrics.set_recovery(ready.recovery);
-        monoio::spawn(writer::run(shard.clone(), ready.appender, fsync));
-        monoio::spawn(cleaner::run(shard.clone(), ready.storage.clone()));
-        monoio::spawn(inbox_loop(shard.clone(), inbox));
-        drop_foreign_streams(&shard).await;
-        snapshot::sweep_shard(&shard);
-        for (bucket, created_at_ms) in ready.missing {
-            if let Err(e) = shard
-                .submit_bucket(Entry::BucketCreate {
-                    bucket,
-                    created_at_ms,
-                })
-                .await
-            {
-                eprintln!(
-                    "rill: shard {index}: cannot log a replicated bucket: {}",
-                    e.message
-                );
-            }
-        }
+        let conns = Rc::new(Conns::default());
+        let finish = Rc::new(Cell::new(false));
+        let missing = std::mem::take(&mut ready.missing);
+        let (shard, writer) = launch(index, config.clone(), mesh, ready, finish.clone());
+        monoio::spawn(inbox_loop(shard.clone(), inbox.clone(), conns.clone()));
+        prepare(&shard, missing).await;
         match monoio::net::TcpListener::from_std(listener) {
-            Ok(listener) => accept_loop(shard, listener).await,
+            Ok(listener) => accept_loop(shard.clone(), listener, &conns).await,
             Err(e) => eprintln!("rill: shard {index}: listener: {e}"),
         }
+        drain(&shard, &conns, &finish, writer).await;
     });
+    // Messages nobody will serve any more are dropped now, so a shard
+    // waiting for their replies hears "no answer" instead of hanging.
+    inbox.drain().for_each(drop);
+}
+
+/// Builds the shard from its recovered state and starts its writer and
+/// cleaner tasks.
+fn launch(
+    index: usize,
+    config: Arc<Config>,
+    mesh: Mesh,
+    ready: startup::Ready,
+    finish: Rc<Cell<bool>>,
+) -> (Rc<Shard>, monoio::task::JoinHandle<()>) {
+    let fsync = config.fsync;
+    let segments = store::Segments::new(ready.storage.clone());
+    let shard = Rc::new(Shard::new(
+        index,
+        config,
+        mesh,
+        ready.table,
+        ready.next_seq,
+        segments,
+    ));
+    *shard.buckets.borrow_mut() = ready.buckets;
+    shard.metrics.set_recovery(ready.recovery);
+    let writer = monoio::spawn(writer::run(shard.clone(), ready.appender, fsync, finish));
+    monoio::spawn(cleaner::run(shard.clone(), ready.storage));
+    (shard, writer)
+}
+
+/// Work before serving: drop streams other shards own, sweep snapshot
+/// blobs, log the replicated buckets this shard missed.
+async fn prepare(shard: &Rc<Shard>, missing: startup::Registry) {
+    drop_foreign_streams(shard).await;
+    snapshot::sweep_shard(shard);
+    for (bucket, created_at_ms) in missing {
+        if let Err(e) = shard
+            .submit_bucket(Entry::BucketCreate {
+                bucket,
+                created_at_ms,
+            })
+            .await
+        {
+            eprintln!(
+                "rill: shard {}: cannot log a replicated bucket: {}",
+                shard.index, e.message
+            );
+        }
+    }
+}
+
+/// Shutdown, once accepting stopped: waits until every connection ended
+/// (live reads were woken and end their responses, idle keep-alive
+/// connections close), then lets the writer write what is queued, sync
+/// the log and return. The main thread bounds how long this may take.
+async fn drain(
+    shard: &Shard,
+    conns: &Conns,
+    finish: &Cell<bool>,
+    writer: monoio::task::JoinHandle<()>,
+) {
+    conns.idle.close_all();
+    conns.all_closed().await;
+    finish.set(true);
+    shard.commits.wake_writer.notify();
+    writer.await;
+}
+
+/// Counts a shard's connection tasks so shutdown can wait for them.
+#[derive(Default)]
+struct Conns {
+    open: Cell<usize>,
+    closed: Rc<Signal>,
+    idle: Rc<conn::Idle>,
+}
+
+/// Held by a connection task; dropped when it ends (or is dropped).
+struct Open(Rc<Conns>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let open = self.0.open.get() - 1;
+        self.0.open.set(open);
+        if open == 0 {
+            self.0.closed.notify();
+        }
+    }
+}
+
+impl Conns {
+    /// Spawns a task serving `socket` (starting with `buffered` bytes).
+    fn spawn(
+        self: &Rc<Self>,
+        shard: &Rc<Shard>,
+        socket: monoio::net::TcpStream,
+        buffered: Vec<u8>,
+    ) {
+        self.open.set(self.open.get() + 1);
+        let open = Open(self.clone());
+        let serve = conn::serve(shard.clone(), socket, buffered, self.idle.clone());
+        let served = guard::contain(shard.index, serve);
+        monoio::spawn(async move {
+            served.await;
+            drop(open);
+        });
+    }
+
+    async fn all_closed(&self) {
+        loop {
+            let seen = self.closed.generation();
+            if self.open.get() == 0 {
+                return;
+            }
+            self.closed.changed(seen).await;
+        }
+    }
 }
 
 /// Streams this shard recovered but no longer owns (copies left by a
@@ -203,7 +299,7 @@ async fn refuse(mut socket: monoio::net::TcpStream) {
     conn::write_bytes(&mut socket, out).await;
 }
 
-async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
+async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns: &Rc<Conns>) {
     while !shard.stopping.get() {
         let seen = shard.stop.generation();
         monoio::select! {
@@ -215,7 +311,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
                         monoio::spawn(refuse(socket));
                         continue;
                     }
-                    monoio::spawn(guard::contain(shard.index, conn::serve(shard.clone(), socket, Vec::new())));
+                    conns.spawn(&shard, socket, Vec::new());
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
@@ -228,26 +324,20 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener) {
     }
 }
 
-async fn inbox_loop(shard: Rc<Shard>, inbox: flume::Receiver<MeshMsg>) {
+/// Serves mesh messages until the runtime ends: after `Shutdown` too, so
+/// handoffs and replication requests of draining connections get served.
+async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns: Rc<Conns>) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
-                Ok(socket) => {
-                    monoio::spawn(guard::contain(
-                        shard.index,
-                        conn::serve(shard.clone(), socket, buffered),
-                    ));
-                }
+                Ok(socket) => conns.spawn(&shard, socket, buffered),
                 Err(e) => eprintln!("rill: shard {}: handoff: {e}", shard.index),
             },
             MeshMsg::Metrics { reply } => {
                 let _ = reply.send(metrics::snapshot(&shard));
             }
-            MeshMsg::Shutdown => {
-                shard.begin_stop();
-                break;
-            }
+            MeshMsg::Shutdown => shard.begin_stop(),
             msg @ (MeshMsg::ForkSource { .. }
             | MeshMsg::ForkRefs { .. }
             | MeshMsg::ForkReleased { .. }) => fork::handle_mesh(&shard, msg),

@@ -1,8 +1,15 @@
 //! The writer task of a shard: takes queued records as one batch, appends
 //! them to the log, and reports the outcome to the commit pipeline (and
 //! the batch and its syncs to the shard's metrics).
+//!
+//! At shutdown the shard sets `finish` once its connections have ended; the
+//! writer then writes whatever is still queued, syncs the log (under
+//! `--fsync interval:MS` acknowledged writes may not be synced yet) and
+//! returns.
 
+use std::cell::Cell;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Shard, metrics};
@@ -11,10 +18,20 @@ use crate::log::appender::Appender;
 use crate::log::storage::Storage;
 use crate::metrics::Counter;
 
+/// Set when a shard's final sync failed: acknowledged writes may not be
+/// on disk, so the process must not exit 0.
+static FINAL_SYNC_FAILED: AtomicBool = AtomicBool::new(false);
+
+/// Whether some shard's final sync at shutdown failed.
+pub fn final_sync_failed() -> bool {
+    FINAL_SYNC_FAILED.load(Ordering::SeqCst)
+}
+
 pub async fn run<S: Storage + 'static>(
     shard: Rc<Shard>,
     mut appender: Appender<S>,
     policy: FsyncPolicy,
+    finish: Rc<Cell<bool>>,
 ) {
     shard.head_segment.set(appender.end().segment);
     let mut last_sync = Instant::now();
@@ -24,6 +41,9 @@ pub async fn run<S: Storage + 'static>(
             .commits
             .take_batch(appender.max_batch_bytes() as usize)
         else {
+            if finish.get() {
+                return final_sync(&shard, &mut appender, policy).await;
+            }
             idle(&shard, &mut appender, policy, seen, &mut last_sync).await;
             continue;
         };
@@ -50,6 +70,28 @@ pub async fn run<S: Storage + 'static>(
                 shard.metrics.add(Counter::CommitFailures, 1);
                 shard.on_failed(&e);
             }
+        }
+    }
+}
+
+/// Syncs everything written (nothing is queued any more): under
+/// `--fsync always` every batch was synced when it was written.
+async fn final_sync<S: Storage + 'static>(
+    shard: &Shard,
+    appender: &mut Appender<S>,
+    policy: FsyncPolicy,
+) {
+    if policy == FsyncPolicy::Always {
+        return;
+    }
+    match appender.sync().await {
+        Ok(()) => {
+            shard.commits.synced_all();
+            eprintln!("rill: shard {}: log synced at shutdown", shard.index);
+        }
+        Err(e) => {
+            FINAL_SYNC_FAILED.store(true, Ordering::SeqCst);
+            eprintln!("rill: shard {}: final log sync failed: {e}", shard.index);
         }
     }
 }
