@@ -74,6 +74,8 @@ pub struct Config {
     /// How long shutdown may take after SIGTERM/SIGINT before the process
     /// gives up waiting for its shards and exits with status 1.
     pub shutdown_timeout_ms: u64,
+    /// One log line per answered request (issue 7 "Logs").
+    pub access_log: bool,
 }
 
 impl Default for Config {
@@ -96,6 +98,7 @@ impl Default for Config {
             max_snapshot_bytes: 32 << 20,
             max_connections: 50_000,
             shutdown_timeout_ms: 10_000,
+            access_log: false,
         }
     }
 }
@@ -135,6 +138,8 @@ OPTIONS:
     --shutdown-timeout-ms MS    after SIGTERM/SIGINT, how long live responses may take to end
                                 and the log to be synced; past it rill exits with status 1
                                 [default: 10000]
+    --access-log BOOL           true: log one line per answered request (method, path,
+                                status, microseconds) [default: false]
     -h, --help                  print this help
 ";
 
@@ -196,6 +201,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("max-snapshot-bytes", max_snapshot_bytes),
     setting!("max-connections", max_connections),
     setting!("shutdown-timeout-ms", shutdown_timeout_ms),
+    setting!("access-log", access_log),
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {
@@ -239,9 +245,10 @@ impl Config {
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
                 other => {
                     return Err(format!(
-                        "key {key:?}: expected a string or an integer, found a {}",
+                        "key {key:?}: expected a string, an integer or a boolean, found a {}",
                         other.type_str()
                     ));
                 }

@@ -69,8 +69,8 @@ impl DataDir {
         for index in shards..256 {
             let dir = self.shard_dir(index);
             if dir.exists() {
-                eprintln!(
-                    "rill: removing {} (not one of the {shards} shards)",
+                crate::info!(
+                    "removing {} (not one of the {shards} shards)",
                     dir.display()
                 );
                 fs::remove_dir_all(&dir)

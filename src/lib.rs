@@ -10,6 +10,7 @@ pub mod datadir;
 pub mod health;
 pub mod http;
 pub mod log;
+pub mod logging;
 pub mod metrics;
 pub mod notify;
 pub mod protocol;

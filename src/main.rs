@@ -118,7 +118,7 @@ fn serve(config: Config) -> ExitCode {
     let data = match open_data_dir(&config) {
         Ok(data) => data,
         Err(message) => {
-            eprintln!("rill: {message}");
+            rill::error!("{message}");
             return ExitCode::FAILURE;
         }
     };
@@ -127,7 +127,7 @@ fn serve(config: Config) -> ExitCode {
     let (handles, senders) = match shard::start(config.clone(), &data) {
         Ok(started) => started,
         Err(message) => {
-            eprintln!("rill: startup failed:\n{message}");
+            rill::error!("startup failed: {message}");
             return ExitCode::FAILURE;
         }
     };
@@ -136,14 +136,14 @@ fn serve(config: Config) -> ExitCode {
     // before the last stop, so systemd may now start what depends on rill.
     let serving = format!("serving on {} with {} shards", config.listen, config.cores);
     notify::notify_or_log(&format!("READY=1\nSTATUS={serving}"));
-    eprintln!(
-        "rill: listening on {} shards={} data_dir={}",
+    rill::info!(
+        "listening on {} shards={} data_dir={}",
         config.listen,
         config.cores,
         config.data_dir.display()
     );
     let signal = wait_for_stop_signal(&signals);
-    eprintln!("rill: signal {signal} received, stopping");
+    rill::info!("signal {signal} received, stopping");
     notify::notify_or_log("STOPPING=1\nSTATUS=stopping");
     for sender in &senders {
         let _ = sender.send(MeshMsg::Shutdown);
@@ -160,8 +160,8 @@ fn stop(handles: Vec<JoinHandle<()>>, bound: Duration) -> ExitCode {
     while handles.iter().any(|h| !h.is_finished()) {
         if Instant::now() >= deadline {
             let left = handles.iter().filter(|h| !h.is_finished()).count();
-            eprintln!(
-                "rill: {left} shard(s) did not stop within {} ms; exiting anyway",
+            rill::error!(
+                "{left} shard(s) did not stop within {} ms; exiting anyway",
                 bound.as_millis()
             );
             return ExitCode::FAILURE;
@@ -170,9 +170,9 @@ fn stop(handles: Vec<JoinHandle<()>>, bound: Duration) -> ExitCode {
     }
     let joined = handles.into_iter().all(|h| h.join().is_ok());
     if !joined || shard::writer::final_sync_failed() {
-        eprintln!("rill: stopped with errors");
+        rill::error!("stopped with errors");
         return ExitCode::FAILURE;
     }
-    eprintln!("rill: stopped");
+    rill::info!("stopped");
     ExitCode::SUCCESS
 }

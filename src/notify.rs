@@ -60,7 +60,7 @@ pub fn notify(state: &str) -> io::Result<bool> {
 /// notification must not stop the server (systemd will time it out).
 pub fn notify_or_log(state: &str) {
     if let Err(e) = notify(state) {
-        eprintln!("rill: cannot notify systemd ({state:?}): {e}");
+        crate::warn!("cannot notify systemd ({state:?}): {e}");
     }
 }
 

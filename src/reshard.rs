@@ -148,7 +148,7 @@ async fn move_streams(
 
 /// Moves streams from `from` shards to `to` shards (see the module doc).
 pub fn reshard(data: &mut DataDir, config: &Config, from: usize, to: usize) -> Result<(), String> {
-    eprintln!("rill: the data dir was written with {from} shards; moving streams to {to} shards");
+    crate::info!("the data dir was written with {from} shards; moving streams to {to} shards");
     let started = std::time::Instant::now();
     let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
         .enable_timer()
@@ -179,8 +179,8 @@ pub fn reshard(data: &mut DataDir, config: &Config, from: usize, to: usize) -> R
         Ok::<usize, String>(moved)
     })?;
     data.set_shards(to)?;
-    eprintln!(
-        "rill: moved {moved} streams to {to} shards in {} ms",
+    crate::info!(
+        "moved {moved} streams to {to} shards in {} ms",
         started.elapsed().as_millis()
     );
     Ok(())

@@ -177,7 +177,7 @@ fn ready_only_after_recovery_and_stopping_on_sigterm() {
     for shard in 0..2 {
         let line = stderr
             .lines()
-            .find(|l| l.starts_with(&format!("rill: shard {shard}: recovered ")))
+            .find(|l| l.starts_with(&format!("level=info shard={shard} msg=\"recovered ")))
             .unwrap_or_else(|| panic!("READY=1 before shard {shard} recovered:\n{stderr}"));
         assert!(!line.contains("recovered 0 records"), "{line}");
     }

@@ -148,7 +148,7 @@ fn sigterm_under_load(fsync: &str) {
     assert_eq!(code, Some(0), "SIGTERM under load\n{stderr}");
     if fsync.starts_with("interval") {
         for shard in 0..2 {
-            let line = format!("rill: shard {shard}: log synced at shutdown");
+            let line = format!("level=info shard={shard} msg=\"log synced at shutdown\"");
             assert!(stderr.contains(&line), "no final sync:\n{stderr}");
         }
     }

@@ -55,6 +55,20 @@ impl Method {
             _ => Method::Other,
         }
     }
+
+    /// The method's token (`OTHER` for the unlisted ones).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Head => "HEAD",
+            Method::Put => "PUT",
+            Method::Post => "POST",
+            Method::Delete => "DELETE",
+            Method::Options => "OPTIONS",
+            Method::Patch => "PATCH",
+            Method::Other => "OTHER",
+        }
+    }
 }
 
 /// How the request body is framed.

@@ -176,8 +176,8 @@ impl DirectStorage {
         }
         let direct = probe_direct(&dir)?;
         if !direct && !FALLBACK_WARNED.swap(true, Ordering::Relaxed) {
-            eprintln!(
-                "rill: O_DIRECT not supported under {}; segment I/O falls back to buffered",
+            crate::warn!(
+                "O_DIRECT not supported under {}; segment I/O falls back to buffered",
                 dir.display()
             );
         }

@@ -343,8 +343,9 @@ impl Metrics {
         self.statuses.borrow_mut().insert(fd, status);
     }
 
-    /// The request on `fd` is done: counts its response, if one was written.
-    pub fn finish_request(&self, fd: i32, route: Route) {
+    /// The request on `fd` is done: counts its response, if one was
+    /// written, and returns its status.
+    pub fn finish_request(&self, fd: i32, route: Route) -> Option<u16> {
         let status = self.statuses.borrow_mut().remove(&fd);
         if let Some(status) = status {
             *self
@@ -353,6 +354,7 @@ impl Metrics {
                 .entry((route, status))
                 .or_default() += 1;
         }
+        status
     }
 
     /// Client connections open on this shard now.

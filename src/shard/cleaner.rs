@@ -48,14 +48,11 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
             match clean(&shard, &storage, victim).await {
                 Ok(()) => {
                     shard.metrics.add(Counter::SegmentsCleaned, 1);
-                    eprintln!("rill: shard {}: cleaned segment {victim}", shard.index)
+                    crate::info!(shard = shard.index, "cleaned segment {victim}")
                 }
                 Err(e) => {
                     shard.metrics.add(Counter::CleanFailures, 1);
-                    eprintln!(
-                        "rill: shard {}: cleaning segment {victim} failed: {e}",
-                        shard.index
-                    );
+                    crate::error!(shard = shard.index, "cleaning segment {victim} failed: {e}");
                     break;
                 }
             }

@@ -330,7 +330,8 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
-                return shard.metrics.finish_request(fd, Route::Other);
+                shard.metrics.finish_request(fd, Route::Other);
+                return;
             }
         };
         let target = router::route(&head.raw_path);
@@ -338,19 +339,31 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             return hand_off(&shard, socket, buf, owner);
         }
         let route = Route::of(&target);
+        let started = std::time::Instant::now();
         buf.drain(..head.head_len);
         let body = match read_body(&mut socket, &mut buf, &head, &limits, idle).await {
             Ok(body) => body,
             Err(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
-                return shard.metrics.finish_request(fd, route);
+                finished(&shard, fd, route, &head, started);
+                return;
             }
         };
         let keep = dispatch::handle(&shard, &mut socket, &head, body, target).await;
-        shard.metrics.finish_request(fd, route);
+        finished(&shard, fd, route, &head, started);
         if !keep {
             return;
         }
+    }
+}
+
+/// Counts the answered request and, with `--access-log true`, logs it.
+fn finished(shard: &Shard, fd: i32, route: Route, head: &RequestHead, started: std::time::Instant) {
+    let status = shard.metrics.finish_request(fd, route);
+    if let (true, Some(status)) = (shard.config.access_log, status) {
+        let micros = started.elapsed().as_micros();
+        let method = head.method.as_str();
+        crate::logging::access(shard.index, method, &head.raw_path, status, micros);
     }
 }
 
@@ -379,9 +392,6 @@ fn hand_off(shard: &Shard, socket: TcpStream, buffered: Vec<u8>, owner: usize) {
         .mesh
         .send(owner, MeshMsg::Handoff { socket, buffered })
     {
-        eprintln!(
-            "rill: shard {}: handoff to shard {owner} failed",
-            shard.index
-        );
+        crate::warn!(shard = shard.index, "handoff to shard {owner} failed");
     }
 }

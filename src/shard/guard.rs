@@ -36,8 +36,9 @@ impl<F: Future<Output = ()>> Future for Contained<F> {
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                eprintln!(
-                    "rill: shard {shard}: connection task panicked: {what}; connection dropped"
+                crate::error!(
+                    shard = shard,
+                    "connection task panicked: {what}; connection dropped"
                 );
                 Poll::Ready(())
             }

@@ -90,8 +90,9 @@ fn pin_to_cpu(index: usize) {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpus[index % cpus.len()], &mut set);
         if libc::sched_setaffinity(0, size, &set) != 0 {
-            eprintln!(
-                "rill: shard {index}: could not pin to a CPU: {}",
+            crate::warn!(
+                shard = index,
+                "could not pin to a CPU: {}",
                 io::Error::last_os_error()
             );
         }
@@ -126,7 +127,7 @@ pub fn run_shard(
         prepare(&shard, missing).await;
         match monoio::net::TcpListener::from_std(listener) {
             Ok(listener) => accept_loop(shard.clone(), listener, &conns).await,
-            Err(e) => eprintln!("rill: shard {index}: listener: {e}"),
+            Err(e) => crate::error!(shard = index, "listener: {e}"),
         }
         drain(&shard, &conns, &finish, writer).await;
     });
@@ -174,9 +175,10 @@ async fn prepare(shard: &Rc<Shard>, missing: startup::Registry) {
             })
             .await
         {
-            eprintln!(
-                "rill: shard {}: cannot log a replicated bucket: {}",
-                shard.index, e.message
+            crate::error!(
+                shard = shard.index,
+                "cannot log a replicated bucket: {}",
+                e.message
             );
         }
     }
@@ -268,13 +270,14 @@ async fn drop_foreign_streams(shard: &Shard) {
     }
     let count = foreign.len();
     match shard.submit(foreign).await {
-        Ok(()) => eprintln!(
-            "rill: shard {}: dropped {count} streams now owned by other shards",
-            shard.index
+        Ok(()) => crate::info!(
+            shard = shard.index,
+            "dropped {count} streams now owned by other shards"
         ),
-        Err(e) => eprintln!(
-            "rill: shard {}: cannot drop streams of other shards: {}",
-            shard.index, e.message
+        Err(e) => crate::error!(
+            shard = shard.index,
+            "cannot drop streams of other shards: {}",
+            e.message
         ),
     }
 }
@@ -315,7 +318,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    eprintln!("rill: shard {}: accept: {e}", shard.index);
+                    crate::warn!(shard = shard.index, "accept: {e}");
                     monoio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
             },
@@ -332,7 +335,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
                 Ok(socket) => conns.spawn(&shard, socket, buffered),
-                Err(e) => eprintln!("rill: shard {}: handoff: {e}", shard.index),
+                Err(e) => crate::warn!(shard = shard.index, "handoff: {e}"),
             },
             MeshMsg::Metrics { reply } => {
                 let _ = reply.send(metrics::snapshot(&shard));

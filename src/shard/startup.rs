@@ -69,8 +69,9 @@ async fn recover(
         .finish(budget, crate::clock::now_ms())
         .map_err(|e| format!("the log is inconsistent: {e}"))?;
     let r = &recovered.report;
-    eprintln!(
-        "rill: shard {index}: recovered {} records ({} bytes) from {} segments in {} ms: {} streams, {} buckets{}{}",
+    crate::info!(
+        shard = index,
+        "recovered {} records ({} bytes) from {} segments in {} ms: {} streams, {} buckets{}{}",
         r.records,
         r.bytes,
         r.segments,
@@ -139,7 +140,7 @@ pub async fn start(
     let appender = match appender {
         Ok(appender) => appender,
         Err(e) => {
-            eprintln!("rill: shard {index}: cannot open the log for appending: {e}");
+            crate::error!(shard = index, "cannot open the log for appending: {e}");
             return None;
         }
     };

@@ -63,9 +63,9 @@ pub async fn run<S: Storage + 'static>(
                 shard.on_committed(batch.last_seq, (landed.segment, landed.pos), sync_now);
             }
             Err(e) => {
-                eprintln!(
-                    "rill: shard {}: log write failed: {e}; uncommitted writes rolled back",
-                    shard.index
+                crate::error!(
+                    shard = shard.index,
+                    "log write failed: {e}; uncommitted writes rolled back"
                 );
                 shard.metrics.add(Counter::CommitFailures, 1);
                 shard.on_failed(&e);
@@ -87,11 +87,11 @@ async fn final_sync<S: Storage + 'static>(
     match appender.sync().await {
         Ok(()) => {
             shard.commits.synced_all();
-            eprintln!("rill: shard {}: log synced at shutdown", shard.index);
+            crate::info!(shard = shard.index, "log synced at shutdown");
         }
         Err(e) => {
             FINAL_SYNC_FAILED.store(true, Ordering::SeqCst);
-            eprintln!("rill: shard {}: final log sync failed: {e}", shard.index);
+            crate::error!(shard = shard.index, "final log sync failed: {e}");
         }
     }
 }
@@ -115,7 +115,7 @@ async fn idle<S: Storage + 'static>(
                 match synced {
                     Ok(()) => shard.commits.synced_all(),
                     Err(e) => {
-                        eprintln!("rill: shard {}: periodic log sync failed: {e}", shard.index)
+                        crate::error!(shard = shard.index, "periodic log sync failed: {e}")
                     }
                 }
                 *last_sync = Instant::now();

@@ -1,0 +1,116 @@
+//! Log lines (issue 7 "Logs"): every line the server writes is logfmt with
+//! a level (`level=info shard=0 msg="..."`), prefixed with the syslog
+//! priority journald reads when `JOURNAL_STREAM` is set; `--access-log true`
+//! adds one `kind=access` line per answered request.
+
+mod common;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::req;
+
+/// A server on a free port with extra env; returns it and its address.
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, std::net::SocketAddr, tempdir::Dir) {
+    let dir = tempdir::Dir::new();
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["serve", "--listen", &addr.to_string(), "--data-dir"])
+        .arg(&dir.0)
+        .args(["--segment-bytes", "4194304", "--max-body-bytes", "2097152"])
+        .args(args)
+        .envs(env.iter().copied())
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn rill");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while req_ok(addr).is_none() {
+        assert!(Instant::now() < deadline, "rill did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (child, addr, dir)
+}
+
+fn req_ok(addr: std::net::SocketAddr) -> Option<()> {
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
+    (req(addr, "GET", "/v1/health/ready", &[], b"").status == 200).then_some(())
+}
+
+/// Stops the server (SIGTERM) and returns everything it wrote on stderr.
+fn stop(mut child: Child) -> String {
+    // SAFETY: kill only sends a signal to the child we spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    stderr
+}
+
+mod tempdir {
+    pub struct Dir(pub std::path::PathBuf);
+
+    impl Dir {
+        pub fn new() -> Dir {
+            let dir = std::env::temp_dir().join(super::common::unique_name("rill-logs"));
+            std::fs::create_dir_all(&dir).unwrap();
+            Dir(dir)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+#[test]
+fn every_line_is_structured_and_requests_are_logged() {
+    let (child, addr, _dir) = spawn(&["--cores", "2", "--access-log", "true"], &[]);
+    let ct = [("Content-Type", "text/plain")];
+    assert_eq!(req(addr, "PUT", "/v1/stream/logged", &ct, b"x").status, 201);
+    assert_eq!(req(addr, "GET", "/v1/stream/missing", &[], b"").status, 404);
+    let stderr = stop(child);
+    assert!(!stderr.is_empty());
+    for line in stderr.lines() {
+        assert!(line.starts_with("level="), "unstructured line: {line}");
+    }
+    assert!(stderr.contains("msg=\"listening on "), "{stderr}");
+    let access: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains(" kind=access "))
+        .collect();
+    let created = access
+        .iter()
+        .find(|l| l.contains("method=PUT path=/v1/stream/logged status=201 us="));
+    assert!(created.is_some(), "{access:?}");
+    let missing = access
+        .iter()
+        .find(|l| l.contains("method=GET path=/v1/stream/missing status=404 us="));
+    assert!(missing.is_some(), "{access:?}");
+}
+
+#[test]
+fn journald_gets_priorities_and_no_access_log_by_default() {
+    let (child, addr, _dir) = spawn(&["--cores", "1"], &[("JOURNAL_STREAM", "8:1234")]);
+    assert_eq!(req(addr, "GET", "/v1/stream/missing", &[], b"").status, 404);
+    let stderr = stop(child);
+    for line in stderr.lines() {
+        let prioritized = ["<3>level=error", "<4>level=warn", "<6>level=info"]
+            .iter()
+            .any(|p| line.starts_with(p));
+        assert!(prioritized, "line without a journald priority: {line}");
+    }
+    assert!(!stderr.contains("kind=access"), "{stderr}");
+}
