@@ -76,6 +76,9 @@ pub struct Config {
     pub shutdown_timeout_ms: u64,
     /// One log line per answered request (issue 7 "Logs").
     pub access_log: bool,
+    /// Memory for message ends and log locations over all shards; writes
+    /// of new messages beyond get 503 until retention or deletes free some.
+    pub max_index_bytes: u64,
 }
 
 impl Default for Config {
@@ -99,6 +102,7 @@ impl Default for Config {
             max_connections: 50_000,
             shutdown_timeout_ms: 10_000,
             access_log: false,
+            max_index_bytes: 1 << 30,
         }
     }
 }
@@ -138,6 +142,10 @@ OPTIONS:
     --shutdown-timeout-ms MS    after SIGTERM/SIGINT, how long live responses may take to end
                                 and the log to be synced; past it rill exits with status 1
                                 [default: 10000]
+    --max-index-bytes N         memory for message ends and log locations over all shards
+                                (8 B per retained message, 32 B per append); new messages
+                                beyond get 503 until retention or deletes free some
+                                [default: 1073741824]
     --access-log BOOL           true: log one line per answered request (method, path,
                                 status, microseconds) [default: false]
     -h, --help                  print this help
@@ -202,6 +210,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("max-connections", max_connections),
     setting!("shutdown-timeout-ms", shutdown_timeout_ms),
     setting!("access-log", access_log),
+    setting!("max-index-bytes", max_index_bytes),
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {

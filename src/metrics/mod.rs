@@ -162,6 +162,7 @@ pub enum Gauge {
     Connections,
     Streams,
     CachedBytes,
+    IndexBytes,
     LogSegments,
     LogBytes,
     CommitQueueBytes,
@@ -169,10 +170,11 @@ pub enum Gauge {
 }
 
 impl Gauge {
-    pub const ALL: [Gauge; 7] = [
+    pub const ALL: [Gauge; 8] = [
         Gauge::Connections,
         Gauge::Streams,
         Gauge::CachedBytes,
+        Gauge::IndexBytes,
         Gauge::LogSegments,
         Gauge::LogBytes,
         Gauge::CommitQueueBytes,
@@ -193,6 +195,10 @@ impl Gauge {
             Gauge::CachedBytes => (
                 "rill_cached_bytes",
                 "Committed stream bytes held in this shard's cache.",
+            ),
+            Gauge::IndexBytes => (
+                "rill_index_bytes",
+                "Memory of this shard's message ends and log locations (--max-index-bytes).",
             ),
             Gauge::LogSegments => (
                 "rill_log_segments",

@@ -52,6 +52,9 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         check_producer(stream, p)?;
     }
     records::check_match(req, stream)?;
+    if table.index_full() {
+        return Err(super::response::index_full());
+    }
     let stream_seq = check_stream_seq(req, stream)?;
     let tail = stream.head_tail() + data.len() as u64;
     let first = stream.messages.next();

@@ -72,6 +72,9 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
+    if table.index_full() {
+        return Err(super::response::index_full());
+    }
     if !content_type::same(ct, &stream.content_type) {
         return Err(bad_request("Content-Type does not match the stream"));
     }

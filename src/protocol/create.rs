@@ -30,6 +30,9 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
             same_attrs,
         )));
     }
+    if !data.is_empty() && table.index_full() {
+        return Err(Action::Reply(super::response::index_full()));
+    }
     let tail = data.len() as u64;
     let reply = Response::new(201)
         .header("location", location(req))

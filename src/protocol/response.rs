@@ -55,6 +55,17 @@ pub fn not_found(message: &str) -> Response {
     Response::error(404, "not_found", message)
 }
 
+/// A write of new messages while the shard's index budget is spent
+/// (`--max-index-bytes`): retention or deletes free room.
+pub fn index_full() -> Response {
+    Response::error(
+        503,
+        "index_budget_full",
+        "the server's message index is at its memory limit; move retention or delete streams",
+    )
+    .header("retry-after", "5")
+}
+
 pub fn conflict(code: &str, message: &str) -> Response {
     Response::error(409, code, message)
 }

@@ -102,6 +102,9 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
             .await
             .map_or_else(|e| e.response(), |()| reply);
     }
+    if shard.table.borrow().index_full() {
+        return crate::protocol::response::index_full();
+    }
     let (tx, rx) = flume::bounded(CHANNEL_DEPTH);
     let owner = shard_of(&request.source, shard.shards());
     let (key, spec) = (request.source.clone(), request.spec.clone());

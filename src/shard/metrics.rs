@@ -33,6 +33,7 @@ pub fn snapshot(shard: &Shard) -> Snapshot {
         let table = shard.table.borrow();
         s.set(Gauge::Streams, table.len() as f64);
         s.set(Gauge::CachedBytes, table.cached_bytes() as f64);
+        s.set(Gauge::IndexBytes, table.index_used() as f64);
     }
     let segments = shard.segments.on_disk().map_or(0, |list| list.len()) as u64;
     s.set(Gauge::LogSegments, segments as f64);

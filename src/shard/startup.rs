@@ -127,6 +127,7 @@ pub async fn start(
     // Blocking is fine here: nothing else runs on this shard yet.
     let union = startup.union.recv().ok().flatten()?;
     table.publish_all();
+    table.set_index_budget(config.max_index_bytes / config.cores as u64);
     release_recovery_memory();
     let storage_for_reads = storage.clone();
     let appender = Appender::open(

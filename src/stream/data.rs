@@ -72,6 +72,9 @@ impl StreamData {
     pub fn drop_before(&mut self, offset: u64) {
         let dead = self.extents.partition_point(|e| e.end() <= offset);
         self.extents.drain(..dead);
+        if self.extents.capacity() > 2 * self.extents.len() + 16 {
+            self.extents.shrink_to_fit();
+        }
     }
 
     /// Appends decided bytes (cached until committed and evicted).
@@ -168,6 +171,11 @@ impl StreamData {
         for e in &self.extents {
             *live.entry(e.segment).or_default() += e.len;
         }
+    }
+
+    /// How many extents (located appends) are kept.
+    pub fn extent_count(&self) -> usize {
+        self.extents.len()
     }
 
     /// Memory the index of extents takes (for budgeting).

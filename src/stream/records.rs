@@ -31,6 +31,15 @@ impl RecordIndex {
         }
     }
 
+    /// How many message ends the index holds.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
     /// The next ordinal (the record tail N of the head state).
     pub fn next(&self) -> u64 {
         self.base + self.ends.len() as u64
@@ -64,6 +73,9 @@ impl RecordIndex {
         self.base += dead as u64;
         self.origin = self.ends[dead - 1];
         self.ends.drain(..dead);
+        if self.ends.capacity() > 2 * self.ends.len() + 64 {
+            self.ends.shrink_to_fit();
+        }
     }
 
     /// The ordinal of the message that starts at `offset`, if `offset` is a

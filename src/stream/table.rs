@@ -21,6 +21,9 @@ pub struct Table {
     pub(super) staged: HashMap<u64, super::fork::Staged>,
     /// How many forks of this shard read from each source incarnation.
     pub(super) fork_refs: HashMap<u64, usize>,
+    /// Index memory of all streams and its limit (`budget.rs`).
+    pub(super) index_used: u64,
+    pub(super) index_budget: u64,
 }
 
 impl Default for Table {
@@ -102,12 +105,15 @@ impl Table {
             cache,
             staged: HashMap::new(),
             fork_refs: HashMap::new(),
+            index_used: 0,
+            index_budget: u64::MAX,
         }
     }
 
     /// Adds a stream rebuilt by recovery (durable, nothing cached).
     pub fn restore(&mut self, key: String, stream: Stream) {
         self.count_fork(&stream, true);
+        self.index_used += stream.index_footprint();
         self.cache.keys.insert(stream.id, key.clone());
         self.streams.insert(key, stream);
     }
@@ -178,6 +184,11 @@ impl Table {
     /// validated by `protocol` against this same state, so one that no
     /// longer fits is a bug.
     pub fn apply(&mut self, command: Command) -> (Applied, Undo) {
+        let key = command.key().to_string();
+        self.tracked(&key, |table| table.apply_untracked(command))
+    }
+
+    fn apply_untracked(&mut self, command: Command) -> (Applied, Undo) {
         match command {
             Command::Create { .. } => self.apply_create(command),
             Command::Fork { .. } => self.apply_fork(command),
@@ -399,6 +410,14 @@ impl Table {
 
     /// Takes back one applied command (newest first when several).
     pub fn undo(&mut self, undo: Undo) {
+        let key = match &undo {
+            Undo::Create { key } | Undo::Delete { key, .. } => key.clone(),
+            Undo::Write(w) => w.key.clone(),
+        };
+        self.tracked(&key, |table| table.undo_untracked(undo));
+    }
+
+    fn undo_untracked(&mut self, undo: Undo) {
         match undo {
             Undo::Create { key } => {
                 if let Some(stream) = self.streams.remove(&key) {
@@ -425,6 +444,11 @@ impl Table {
     /// data landed in the log (segment, file position). Returns whether
     /// readers of the stream must be woken.
     pub fn publish(&mut self, applied: &Applied, location: Option<(u64, u64)>) -> bool {
+        let key = applied.key.clone();
+        self.tracked(&key, |table| table.publish_untracked(applied, location))
+    }
+
+    fn publish_untracked(&mut self, applied: &Applied, location: Option<(u64, u64)>) -> bool {
         let Some(stream) = self.streams.get_mut(&applied.key) else {
             return true;
         };

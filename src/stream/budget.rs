@@ -1,0 +1,56 @@
+//! The index budget (issue 4: the ordinal-to-offset index stays in memory
+//! within a bounded budget). Every stream keeps, per retained message, its
+//! end (`RecordIndex`, one per JSON record or per append) and, per
+//! committed append, its log location (`Extent`). The table counts what all
+//! of them take, exactly, as commands apply, publish and roll back; writes
+//! that would add to an index over its budget are refused (503) by
+//! `protocol` until retention or deletes free entries. Retention frees the
+//! entries before the retained point (extensions §6.10 allows reclaiming
+//! exactly those).
+
+use super::state::Stream;
+use super::table::Table;
+
+/// Memory of one message end and of one extent.
+pub const END_BYTES: u64 = 8;
+pub const EXTENT_BYTES: u64 = 32;
+
+impl Stream {
+    /// What this stream's indexes take.
+    pub fn index_footprint(&self) -> u64 {
+        self.messages.len() as u64 * END_BYTES + self.data.extent_count() as u64 * EXTENT_BYTES
+    }
+}
+
+impl Table {
+    /// This shard's share of `--max-index-bytes`.
+    pub fn set_index_budget(&mut self, bytes: u64) {
+        self.index_budget = bytes;
+    }
+
+    /// Index memory of every stream of the table.
+    pub fn index_used(&self) -> u64 {
+        self.index_used
+    }
+
+    /// Whether new messages must wait for retention or deletes.
+    pub fn index_full(&self) -> bool {
+        self.index_used >= self.index_budget
+    }
+
+    /// Runs `change` on the stream `key` and counts how its indexes grew or
+    /// shrank (a created stream grows from 0, a deleted one shrinks to 0).
+    pub(super) fn tracked<R>(&mut self, key: &str, change: impl FnOnce(&mut Table) -> R) -> R {
+        let before = self.footprint_of(key);
+        let out = change(self);
+        let after = self.footprint_of(key);
+        self.index_used = (self.index_used + after)
+            .checked_sub(before)
+            .expect("index accounting never goes negative");
+        out
+    }
+
+    fn footprint_of(&self, key: &str) -> u64 {
+        self.streams.get(key).map_or(0, Stream::index_footprint)
+    }
+}
