@@ -26,6 +26,7 @@ use crate::limits;
 use crate::live::{self, Counts, Tracker};
 use crate::sse::{self, Control, Item};
 use crate::stats::{self, Latency};
+use crate::writer::Pace;
 
 /// Histograms the subscribers share (subscriber i records into i % HISTS).
 const HISTS: usize = 16;
@@ -61,6 +62,10 @@ pub struct FanoutArgs {
     /// After the writer stops, wait at most this long for the last deliveries.
     #[arg(long, default_value_t = 5000)]
     drain_ms: u64,
+    /// Connections the writer may use at once: each event's POST starts on
+    /// schedule on an idle one, so slow acknowledgements do not lower the rate.
+    #[arg(long, default_value_t = 32)]
+    writer_connections: usize,
     /// Server process id, to report its CPU use from /proc/PID/stat.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -93,6 +98,12 @@ struct Report {
     append_errors: u64,
     /// The writer's POSTs, request to acknowledgement (`--fsync` included).
     append_latency_us: Latency,
+    /// Connections the writer opened (at most --writer-connections).
+    writer_connections: usize,
+    /// How late the latest POST started against its schedule (µs).
+    max_start_delay_us: u64,
+    /// From the writer's first POST to its last acknowledgement.
+    writer_s: f64,
     deliveries_expected: u64,
     deliveries_received: u64,
     lost: u64,
@@ -220,6 +231,9 @@ fn check_args(args: &FanoutArgs) -> Result<(), Error> {
     if args.rate <= 0.0 || args.duration <= 0.0 || args.ready_timeout <= 0.0 {
         return Err("--rate, --duration and --ready-timeout must be positive".into());
     }
+    if args.writer_connections == 0 {
+        return Err("--writer-connections must be positive".into());
+    }
     Ok(())
 }
 
@@ -243,15 +257,16 @@ pub async fn run(args: FanoutArgs) -> Result<(), Error> {
     let connect_s = connect.elapsed().as_secs_f64();
     let n = args.subscribers;
     eprintln!("rill-bench fanout: {n} subscribers connected in {connect_s:.2} s");
-    let times = (
-        Duration::from_secs_f64(1.0 / args.rate),
-        Duration::from_secs_f64(args.duration),
-        Duration::from_millis(args.drain_ms),
-    );
+    let pace = Pace {
+        every: Duration::from_secs_f64(1.0 / args.rate),
+        duration: Duration::from_secs_f64(args.duration),
+        connections: args.writer_connections,
+    };
+    let times = (pace, Duration::from_millis(args.drain_ms));
     let m =
         live::write_and_drain(target, path, times, n, &shared.delivered, args.server_pid).await?;
     let _ = stop.send(true);
-    let subs = collect(handles, m.written.sent).await?;
+    let subs = collect(handles, &m.written.acked).await?;
     let mut hist = stats::histogram();
     for h in &shared.hists {
         hist.add(&*h.lock().expect("histogram lock"))?;
@@ -282,7 +297,7 @@ async fn connect_all(
         return Ok((handles, stop));
     }
     let _ = stop.send(true);
-    let (_, _, kinds) = collect(handles, 0).await?;
+    let (_, _, kinds) = collect(handles, &Tracker::default()).await?;
     Err(format!(
         "only {} of {} subscribers connected within {} s; errors: {kinds:?}",
         shared.ready.load(Ordering::Relaxed),
@@ -318,6 +333,9 @@ fn report(
         events_sent: m.written.sent,
         append_errors: m.written.errors(),
         append_latency_us: Latency::of(&m.written.append_latency),
+        writer_connections: m.written.connections,
+        max_start_delay_us: m.written.max_start_delay_us,
+        writer_s: m.written.writer_s,
         deliveries_expected: m.expected,
         deliveries_received: counts.received,
         lost: counts.lost,
@@ -334,14 +352,14 @@ fn report(
     }
 }
 
-/// Joins the subscribers; sums their accounting against `sent` events.
-async fn collect(handles: Vec<JoinHandle<Sub>>, sent: u64) -> Result<Collected, Error> {
+/// Joins the subscribers; sums their accounting against the acknowledged events.
+async fn collect(handles: Vec<JoinHandle<Sub>>, acked: &Tracker) -> Result<Collected, Error> {
     let mut counts = Counts::default();
     let mut reconnects = 0;
     let mut kinds = BTreeMap::new();
     for handle in handles {
         let sub = handle.await?;
-        counts.add(sub.sink.tracker.counts(sent));
+        counts.add(sub.sink.tracker.counts(acked));
         counts.invalid += sub.sink.bad_controls;
         reconnects += sub.reconnects;
         for (k, v) in sub.errors {
@@ -464,8 +482,15 @@ fn print_table(r: &Report, append_errors: &BTreeMap<String, u64>) {
     );
     let a = &r.append_latency_us;
     println!(
-        "  appends: {} ok, {} failed, p50 {} µs, p99 {} µs, max {} µs",
-        r.events_sent, r.append_errors, a.p50, a.p99, a.max
+        "  appends: {} ok, {} failed, p50 {} µs, p99 {} µs, max {} µs; {} connections, \
+         started at most {} µs late",
+        r.events_sent,
+        r.append_errors,
+        a.p50,
+        a.p99,
+        a.max,
+        r.writer_connections,
+        r.max_start_delay_us
     );
     for (kind, n) in append_errors.iter().chain(&r.error_kinds) {
         println!("  error {kind}: {n}");

@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::Api;
 use crate::client::{Conn, Error, Target};
 use crate::stats::{self, Latency};
+use crate::writer::{self, Pace, Written};
 
 /// Sequence numbers past this are treated as garbage, not tracked.
 const MAX_SEQ: u64 = 1 << 28;
@@ -137,102 +138,25 @@ impl Tracker {
         true
     }
 
-    /// Distinct events seen with a sequence number below `n`.
-    fn distinct_below(&self, n: u64) -> u64 {
-        let full = ((n / 64) as usize).min(self.seen.len());
-        let mut count: u64 = self.seen[..full]
-            .iter()
-            .map(|w| w.count_ones() as u64)
-            .sum();
-        if let Some(w) = self.seen.get(full).filter(|_| !n.is_multiple_of(64)) {
-            count += (w & ((1u64 << (n % 64)) - 1)).count_ones() as u64;
+    /// This reader's accounting against the writer's acknowledged events:
+    /// each one not seen is lost; each distinct one seen but never
+    /// acknowledged is invalid (as are malformed lines).
+    pub fn counts(&self, acked: &Tracker) -> Counts {
+        let word = |v: &[u64], i: usize| v.get(i).copied().unwrap_or(0);
+        let words = self.seen.len().max(acked.seen.len());
+        let (mut lost, mut extra) = (0u64, 0u64);
+        for i in 0..words {
+            let (seen, sent) = (word(&self.seen, i), word(&acked.seen, i));
+            lost += u64::from((sent & !seen).count_ones());
+            extra += u64::from((seen & !sent).count_ones());
         }
-        count
-    }
-
-    /// The accounting once events `0..sent` were sent: every one not seen
-    /// is lost, every distinct one seen at or past `sent` is invalid.
-    pub fn counts(&self, sent: u64) -> Counts {
-        let below = self.distinct_below(sent);
-        let all = self.distinct_below(MAX_SEQ);
         Counts {
             received: self.received,
-            lost: sent - below,
+            lost,
             duplicated: self.duplicated,
-            invalid: self.malformed + (all - below),
+            invalid: self.malformed + extra,
         }
     }
-}
-
-/// What the writer did.
-pub struct Written {
-    /// Acknowledged appends; their sequence numbers are `0..sent`.
-    pub sent: u64,
-    pub errors: BTreeMap<String, u64>,
-    /// Per append, request to acknowledgement.
-    pub append_latency: hdrhistogram::Histogram<u64>,
-}
-
-impl Written {
-    pub fn errors(&self) -> u64 {
-        self.errors.values().sum()
-    }
-}
-
-/// Runs the writer on its own thread and runtime, so that its send
-/// timestamps are not delayed by the readers' work: one append of
-/// `seq,nanos\n` every `every` for `duration`. A failed append is not
-/// retried; the next one reuses its sequence number.
-pub async fn write_paced(
-    target: Target,
-    path: String,
-    every: Duration,
-    duration: Duration,
-) -> Result<Written, Error> {
-    tokio::task::spawn_blocking(move || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?
-            .block_on(writer(target, path, every, duration))
-    })
-    .await?
-}
-
-async fn writer(
-    target: Target,
-    path: String,
-    every: Duration,
-    duration: Duration,
-) -> Result<Written, Error> {
-    let mut conn = Conn::new(target);
-    let mut out = Written {
-        sent: 0,
-        errors: BTreeMap::new(),
-        append_latency: stats::histogram(),
-    };
-    let start = Instant::now();
-    for n in 0u64.. {
-        let at = start + every.mul_f64(n as f64);
-        if at >= start + duration {
-            break;
-        }
-        tokio::time::sleep_until(at.into()).await;
-        let body = Bytes::from(event_line(out.sent, unix_nanos()));
-        let sent_at = Instant::now();
-        match conn
-            .send(Method::POST, &path, Some("text/plain"), body)
-            .await
-        {
-            Ok(r) if r.status.is_success() => {
-                out.sent += 1;
-                let us = sent_at.elapsed().as_micros() as u64;
-                out.append_latency.saturating_record(us.max(1));
-            }
-            Ok(r) => *out.errors.entry(format!("http {}", r.status)).or_insert(0) += 1,
-            Err(e) => *out.errors.entry(format!("transport: {e}")).or_insert(0) += 1,
-        }
-    }
-    Ok(out)
 }
 
 /// The writer's phase of a live scenario, as seen from the client.
@@ -246,19 +170,18 @@ pub struct Measured {
     pub server_cpu_pct: Option<f64>,
 }
 
-/// Runs the paced writer (one event every `every` for `duration`), then
-/// waits up to `drain` for `readers` to have `delivered` every event; CPU
-/// is measured over both.
+/// Runs the paced writer, then waits up to `drain` for `readers` to have
+/// `delivered` every acknowledged event; CPU is measured over both.
 pub async fn write_and_drain(
     target: Target,
     path: String,
-    (every, duration, drain): (Duration, Duration, Duration),
+    (pace, drain): (Pace, Duration),
     readers: usize,
     delivered: &AtomicU64,
     server_pid: Option<u32>,
 ) -> Result<Measured, Error> {
     let cpu = CpuClock::start(server_pid);
-    let written = write_paced(target, path, every, duration).await?;
+    let written = writer::write_paced(target, path, pace).await?;
     let expected = written.sent * readers as u64;
     let drained = self::drain(delivered, expected, drain).await;
     let (elapsed_s, client_cpu_pct, server_cpu_pct) = cpu.stop();
@@ -376,26 +299,28 @@ mod tests {
         assert_eq!(latency_us(5_000, 1_000), 1);
     }
 
+    fn acked(seqs: impl IntoIterator<Item = u64>) -> Tracker {
+        let mut t = Tracker::default();
+        for seq in seqs {
+            t.record(seq);
+        }
+        t
+    }
+
     #[test]
     fn all_seen_once() {
-        let mut t = Tracker::default();
-        for seq in 0..200 {
-            assert!(t.record(seq));
-        }
+        let t = acked(0..200);
         let zero = Counts {
             received: 200,
             ..Counts::default()
         };
-        assert_eq!(t.counts(200), zero);
+        assert_eq!(t.counts(&acked(0..200)), zero);
     }
 
     #[test]
     fn gaps_are_lost_and_repeats_duplicated() {
-        let mut t = Tracker::default();
-        for seq in [0, 1, 2, 2, 5, 1, 64, 127] {
-            t.record(seq);
-        }
-        let c = t.counts(130);
+        let t = acked([0, 1, 2, 2, 5, 1, 64, 127]);
+        let c = t.counts(&acked(0..130));
         assert_eq!(c.received, 8);
         assert_eq!(c.duplicated, 2);
         // 0..130 minus {0, 1, 2, 5, 64, 127}.
@@ -405,27 +330,24 @@ mod tests {
 
     #[test]
     fn lost_at_the_end_and_unsent_sequence_numbers() {
-        let mut t = Tracker::default();
-        for seq in 0..10 {
-            t.record(seq);
-        }
-        t.record(63);
-        t.record(64);
-        t.record(MAX_SEQ);
+        let mut t = acked((0..10).chain([63, 64, MAX_SEQ]));
         t.malformed += 1;
-        let c = t.counts(12);
+        let c = t.counts(&acked(0..12));
         assert_eq!(c.lost, 2); // 10 and 11
         assert_eq!(c.invalid, 4); // 63, 64 never sent; MAX_SEQ; one malformed line
-        assert_eq!(t.counts(0).lost, 0);
+        assert_eq!(t.counts(&Tracker::default()).lost, 0);
     }
 
     #[test]
-    fn word_boundaries() {
-        let mut t = Tracker::default();
-        t.record(63);
-        assert_eq!(t.distinct_below(63), 0);
-        assert_eq!(t.distinct_below(64), 1);
-        assert_eq!(t.distinct_below(65), 1);
-        assert_eq!(t.distinct_below(1000), 1);
+    fn unacknowledged_appends_are_not_lost() {
+        // The writer's append 3 failed; a reader that saw 0..=5 except 3
+        // lost nothing, and one that saw 3 anyway has an invalid event.
+        let sent = acked([0, 1, 2, 4, 5]);
+        assert_eq!(acked([0, 1, 2, 4, 5]).counts(&sent).lost, 0);
+        let c = acked(0..6).counts(&sent);
+        assert_eq!((c.lost, c.invalid), (0, 1));
+        // Word boundaries: the acknowledged set is longer than the seen one.
+        let c = acked([63]).counts(&acked([63, 64, 200]));
+        assert_eq!((c.lost, c.invalid), (2, 0));
     }
 }

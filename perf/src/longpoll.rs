@@ -21,6 +21,7 @@ use crate::client::{Conn, Error, Reply, Target};
 use crate::limits;
 use crate::live::{self, Counts, Tracker};
 use crate::stats::{self, Latency};
+use crate::writer::Pace;
 
 #[derive(clap::Args, Debug)]
 pub struct LongpollArgs {
@@ -51,6 +52,10 @@ pub struct LongpollArgs {
     /// After the writer stops, wait at most this long for the last wake-ups.
     #[arg(long, default_value_t = 5000)]
     drain_ms: u64,
+    /// Connections the writer may use at once: each event's POST starts on
+    /// schedule on an idle one, so slow acknowledgements do not lower the rate.
+    #[arg(long, default_value_t = 32)]
+    writer_connections: usize,
     /// Server process id, to report its CPU use from /proc/PID/stat.
     #[arg(long)]
     server_pid: Option<u32>,
@@ -80,6 +85,12 @@ struct Report {
     append_errors: u64,
     /// The writer's POSTs, request to acknowledgement (`--fsync` included).
     append_latency_us: Latency,
+    /// Connections the writer opened (at most --writer-connections).
+    writer_connections: usize,
+    /// How late the latest POST started against its schedule (µs).
+    max_start_delay_us: u64,
+    /// From the writer's first POST to its last acknowledgement.
+    writer_s: f64,
     deliveries_expected: u64,
     deliveries_received: u64,
     missed: u64,
@@ -178,8 +189,8 @@ impl Waiter {
 }
 
 fn check_args(args: &LongpollArgs) -> Result<(), Error> {
-    if args.waiters == 0 || args.interval_ms == 0 {
-        return Err("--waiters and --interval-ms must be positive".into());
+    if args.waiters == 0 || args.interval_ms == 0 || args.writer_connections == 0 {
+        return Err("--waiters, --interval-ms and --writer-connections must be positive".into());
     }
     if args.duration <= 0.0 || args.ready_timeout <= 0.0 {
         return Err("--duration and --ready-timeout must be positive".into());
@@ -202,15 +213,16 @@ pub async fn run(args: LongpollArgs) -> Result<(), Error> {
     });
     let (handles, stop) = connect_all(&args, &shared).await?;
     tokio::time::sleep(Duration::from_millis(args.settle_ms)).await;
-    let times = (
-        Duration::from_millis(args.interval_ms),
-        Duration::from_secs_f64(args.duration),
-        Duration::from_millis(args.drain_ms),
-    );
+    let pace = Pace {
+        every: Duration::from_millis(args.interval_ms),
+        duration: Duration::from_secs_f64(args.duration),
+        connections: args.writer_connections,
+    };
+    let times = (pace, Duration::from_millis(args.drain_ms));
     let (n, pid) = (args.waiters, args.server_pid);
     let m = live::write_and_drain(target, path, times, n, &shared.delivered, pid).await?;
     let _ = stop.send(true);
-    let waiters = collect(handles, m.written.sent).await?;
+    let waiters = collect(handles, &m.written.acked).await?;
     let report = report(&args, &shared.path, nofile, &m, waiters);
     print_table(&report, &m.written.errors);
     if let Some(file) = &args.json {
@@ -234,7 +246,7 @@ async fn connect_all(
         return Ok((handles, stop));
     }
     let _ = stop.send(true);
-    let (.., kinds) = collect(handles, 0).await?;
+    let (.., kinds) = collect(handles, &Tracker::default()).await?;
     Err(format!(
         "only {} of {} waiters connected within {} s; errors: {kinds:?}",
         shared.ready.load(Ordering::Relaxed),
@@ -265,6 +277,9 @@ fn report(
         events_sent: m.written.sent,
         append_errors: m.written.errors(),
         append_latency_us: Latency::of(&m.written.append_latency),
+        writer_connections: m.written.connections,
+        max_start_delay_us: m.written.max_start_delay_us,
+        writer_s: m.written.writer_s,
         deliveries_expected: m.expected,
         deliveries_received: counts.received,
         missed: counts.lost,
@@ -290,16 +305,16 @@ type Collected = (
     BTreeMap<String, u64>,
 );
 
-/// Joins the waiters: accounting against `sent` events, latencies, polls,
+/// Joins the waiters: accounting against the acknowledged events, latencies, polls,
 /// timeouts and errors.
-async fn collect(handles: Vec<JoinHandle<Waiter>>, sent: u64) -> Result<Collected, Error> {
+async fn collect(handles: Vec<JoinHandle<Waiter>>, acked: &Tracker) -> Result<Collected, Error> {
     let mut counts = Counts::default();
     let mut hist = stats::histogram();
     let (mut polls, mut timeouts) = (0, 0);
     let mut kinds = BTreeMap::new();
     for handle in handles {
         let w = handle.await?;
-        counts.add(w.tracker.counts(sent));
+        counts.add(w.tracker.counts(acked));
         hist.add(&w.hist)?;
         polls += w.polls;
         timeouts += w.timeouts;
@@ -377,8 +392,16 @@ fn print_table(r: &Report, append_errors: &BTreeMap<String, u64>) {
     );
     let a = &r.append_latency_us;
     println!(
-        "  appends: {} ok, {} failed, p50 {} µs, p99 {} µs, max {} µs; {} polls",
-        r.events_sent, r.append_errors, a.p50, a.p99, a.max, r.polls
+        "  appends: {} ok, {} failed, p50 {} µs, p99 {} µs, max {} µs; {} connections, \
+         started at most {} µs late; {} polls",
+        r.events_sent,
+        r.append_errors,
+        a.p50,
+        a.p99,
+        a.max,
+        r.writer_connections,
+        r.max_start_delay_us,
+        r.polls
     );
     for (kind, n) in append_errors.iter().chain(&r.error_kinds) {
         println!("  error {kind}: {n}");
@@ -406,7 +429,14 @@ mod tests {
         assert_eq!(w.on_body(body.as_bytes(), 5_000), 2);
         assert_eq!(w.on_body(live::event_line(1, 2_000).as_bytes(), 6_000), 0);
         assert_eq!(w.on_body(b"junk\n3,1\n", 7_000), 1);
-        let c = w.tracker.counts(4);
+        let sent: Tracker = {
+            let mut t = Tracker::default();
+            (0..4).for_each(|s| {
+                t.record(s);
+            });
+            t
+        };
+        let c = w.tracker.counts(&sent);
         assert_eq!((c.received, c.lost, c.duplicated, c.invalid), (4, 1, 1, 1));
         assert_eq!(w.hist.len(), 3);
     }

@@ -15,6 +15,7 @@ mod multipart;
 mod null_server;
 mod sse;
 mod stats;
+mod writer;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
