@@ -41,11 +41,32 @@ impl Target {
 pub struct Reply {
     pub status: StatusCode,
     pub next_offset: Option<String>,
+    pub cursor: Option<String>,
     pub up_to_date: bool,
     pub content_type: Option<String>,
     pub body_len: usize,
     /// The whole response body (already read; cloning is cheap).
     pub body: Bytes,
+}
+
+/// Opens one keep-alive HTTP/1.1 connection (TCP_NODELAY); its driver runs
+/// as a task of its own.
+pub async fn open(target: &Target) -> Result<SendRequest<Full<Bytes>>, Error> {
+    let stream = TcpStream::connect(&target.authority).await?;
+    stream.set_nodelay(true)?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
+}
+
+/// A request to `path` under the target's prefix, with its Host header.
+pub fn request(target: &Target, method: Method, path: &str) -> hyper::http::request::Builder {
+    Request::builder()
+        .method(method)
+        .uri(format!("{}{}", target.prefix, path))
+        .header(hyper::header::HOST, target.authority.as_str())
 }
 
 pub struct Conn {
@@ -63,16 +84,14 @@ impl Conn {
 
     async fn connect(&mut self) -> Result<&mut SendRequest<Full<Bytes>>, Error> {
         if self.sender.as_ref().is_none_or(|s| s.is_closed()) {
-            let stream = TcpStream::connect(&self.target.authority).await?;
-            stream.set_nodelay(true)?;
-            let (sender, conn) =
-                hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            self.sender = Some(sender);
+            self.sender = Some(open(&self.target).await?);
         }
         Ok(self.sender.as_mut().expect("connected above"))
+    }
+
+    /// Opens the connection now rather than on the first request.
+    pub async fn open(&mut self) -> Result<(), Error> {
+        self.connect().await.map(|_| ())
     }
 
     /// Sends one request on the connection (reconnecting if it was closed)
@@ -99,33 +118,30 @@ impl Conn {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Reply, Error> {
-        let uri = format!("{}{}", self.target.prefix, path);
-        let host = self.target.authority.clone();
+        let mut request = request(&self.target, method, path);
         let sender = self.connect().await?;
         sender.ready().await?;
-        let mut request = Request::builder()
-            .method(method)
-            .uri(uri)
-            .header(hyper::header::HOST, host);
         if let Some(ct) = content_type {
             request = request.header(hyper::header::CONTENT_TYPE, ct);
         }
         let response = sender.send_request(request.body(Full::new(body))?).await?;
         let status = response.status();
         let headers = response.headers();
-        let next_offset = headers
-            .get("stream-next-offset")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let header = |name: &str| {
+            headers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let next_offset = header("stream-next-offset");
+        let cursor = header("stream-cursor");
         let up_to_date = headers.contains_key("stream-up-to-date");
-        let content_type = headers
-            .get(hyper::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
+        let content_type = header("content-type");
         let body = response.into_body().collect().await?.to_bytes();
         Ok(Reply {
             status,
             next_offset,
+            cursor,
             up_to_date,
             content_type,
             body_len: body.len(),

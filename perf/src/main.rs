@@ -7,9 +7,15 @@ mod batch;
 mod bootstrap;
 mod catchup;
 mod client;
+mod fanout;
+mod limits;
+mod live;
+mod longpoll;
 mod multipart;
 mod null_server;
+mod sse;
 mod stats;
+mod writer;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -46,6 +52,10 @@ enum Command {
     Bootstrap(bootstrap::BootstrapArgs),
     /// Pre-fill one stream, then C clients read it from the start.
     Catchup(catchup::CatchupArgs),
+    /// One writer at R events/s, S SSE subscribers: delivery latency, loss.
+    Fanout(fanout::FanoutArgs),
+    /// W long-poll waiters at the tail, one writer: wake-up latency, misses.
+    Longpoll(longpoll::LongpollArgs),
     /// A keep-alive HTTP/1.1 server answering 204 to anything.
     NullServer(null_server::NullArgs),
 }
@@ -70,6 +80,8 @@ fn main() {
             Command::Batch(args) => batch::run(args).await,
             Command::Bootstrap(args) => bootstrap::run(args).await,
             Command::Catchup(args) => catchup::run(args).await,
+            Command::Fanout(args) => fanout::run(args).await,
+            Command::Longpoll(args) => longpoll::run(args).await,
             Command::NullServer(args) => null_server::run(args).await,
         }
     });
