@@ -153,12 +153,14 @@ impl Shard {
     /// cached data over the budget, and completes its tickets.
     pub fn on_committed(&self, seq: u64, base: (u64, u64), synced: bool) {
         let committed = self.commits.committed(seq, base, synced);
+        let mut woken: Vec<&str> = Vec::new();
         for done in &committed {
             match &done.effect {
                 Effect::Stream { applied, undo } => {
                     metrics::count_committed(&self.metrics, applied, undo);
-                    if self.table.borrow_mut().publish(applied, done.location) {
-                        self.waiters.notify(&applied.key);
+                    let wake = self.table.borrow_mut().publish(applied, done.location);
+                    if wake && woken.last() != Some(&applied.key.as_str()) {
+                        woken.push(&applied.key);
                     }
                     if let crate::stream::table::Undo::Delete {
                         stream: Some(deleted),
@@ -201,8 +203,15 @@ impl Shard {
             }
         }
         self.table.borrow_mut().enforce_cache_budget();
+        // Writers' acknowledgements first, then readers: a stream's readers
+        // (thousands of SSE subscribers, say) must not delay the answer to
+        // the append they are woken for (tasks run in wake order).
+        let woken: Vec<String> = woken.into_iter().map(str::to_string).collect();
         for done in committed {
             commit::complete(done.tickets, &Ok(()));
+        }
+        for key in &woken {
+            self.waiters.notify(key);
         }
     }
 
