@@ -1,6 +1,13 @@
 //! The `rill` binary: command line, startup, signal handling, shutdown.
 
 use std::process::ExitCode;
+
+/// mimalloc: the shards allocate and free many small buffers per request
+/// (frames, records, acks) next to medium ones (bodies, batches); glibc's
+/// allocator spent a fifth of an append-batch shard's time consolidating
+/// its bins (perf/RESULTS.md, 2026-11-30).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};

@@ -76,5 +76,8 @@ fn writes_past_the_budget_get_503_until_retention_frees_entries() {
     assert_eq!(append(&s, &path, 0).status, 503);
     retain_everything(&s, &path);
     let refilled = fill_until_refused(&s, &path);
-    assert!(refilled + 2 >= accepted, "after retention only {refilled} fit");
+    assert!(
+        refilled + 2 >= accepted,
+        "after retention only {refilled} fit"
+    );
 }

@@ -97,12 +97,13 @@ async fn recover(
 /// Recovers the shard, takes part in the registry exchange, opens the log.
 /// Recovery's scratch maps (records placed, images) are freed by now; hand
 /// the freed pages back to the kernel so resident memory reflects the
-/// streams kept, not the replay's peak (glibc keeps them otherwise).
+/// streams kept, not the replay's peak (the allocator, mimalloc, keeps them
+/// in this thread's heap otherwise).
 fn release_recovery_memory() {
-    // SAFETY: malloc_trim only walks the allocator's own free lists; it
-    // takes no pointers from us and is safe to call from any thread.
+    // SAFETY: mi_collect only walks the allocator's own heaps (this
+    // thread's and abandoned ones); it takes no pointers from us.
     unsafe {
-        libc::malloc_trim(0);
+        libmimalloc_sys::mi_collect(true);
     }
 }
 

@@ -43,14 +43,19 @@ impl Table {
     pub(super) fn tracked<R>(&mut self, key: &str, change: impl FnOnce(&mut Table) -> R) -> R {
         let before = self.footprint_of(key);
         let out = change(self);
+        self.count_index(before, key);
+        out
+    }
+
+    /// Counts how the stream `key` grew or shrank since it took `before`.
+    pub(super) fn count_index(&mut self, before: u64, key: &str) {
         let after = self.footprint_of(key);
         self.index_used = (self.index_used + after)
             .checked_sub(before)
             .expect("index accounting never goes negative");
-        out
     }
 
-    fn footprint_of(&self, key: &str) -> u64 {
+    pub(super) fn footprint_of(&self, key: &str) -> u64 {
         self.streams.get(key).map_or(0, Stream::index_footprint)
     }
 }

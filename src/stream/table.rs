@@ -86,8 +86,9 @@ pub struct WriteUndo {
     stream_seq: Option<String>,
     last_write_ms: u64,
     last_access_ms: u64,
-    attrs: Vec<u8>,
-    snapshot: Option<crate::stream::Snapshot>,
+    /// Captured only by the commands that change them.
+    attrs: Option<Vec<u8>>,
+    snapshot: Option<Option<crate::stream::Snapshot>>,
     retained: u64,
     soft_deleted: bool,
 }
@@ -184,8 +185,10 @@ impl Table {
     /// validated by `protocol` against this same state, so one that no
     /// longer fits is a bug.
     pub fn apply(&mut self, command: Command) -> (Applied, Undo) {
-        let key = command.key().to_string();
-        self.tracked(&key, |table| table.apply_untracked(command))
+        let before = self.footprint_of(command.key());
+        let (applied, undo) = self.apply_untracked(command);
+        self.count_index(before, &applied.key);
+        (applied, undo)
     }
 
     fn apply_untracked(&mut self, command: Command) -> (Applied, Undo) {
@@ -305,7 +308,8 @@ impl Table {
                     stream.id, stream_id,
                     "snapshot decided on another incarnation"
                 );
-                let undo = WriteUndo::capture(&key, stream, None);
+                let mut undo = WriteUndo::capture(&key, stream, None);
+                undo.snapshot = Some(stream.snapshot.take());
                 stream.snapshot = Some(snapshot);
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
@@ -320,8 +324,8 @@ impl Table {
                     .get_mut(&key)
                     .expect("attrs of a missing stream");
                 assert_eq!(stream.id, stream_id, "attrs decided on another incarnation");
-                let undo = WriteUndo::capture(&key, stream, None);
-                stream.attrs = attrs;
+                let mut undo = WriteUndo::capture(&key, stream, None);
+                undo.attrs = Some(std::mem::replace(&mut stream.attrs, attrs));
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
@@ -444,8 +448,10 @@ impl Table {
     /// data landed in the log (segment, file position). Returns whether
     /// readers of the stream must be woken.
     pub fn publish(&mut self, applied: &Applied, location: Option<(u64, u64)>) -> bool {
-        let key = applied.key.clone();
-        self.tracked(&key, |table| table.publish_untracked(applied, location))
+        let before = self.footprint_of(&applied.key);
+        let wake = self.publish_untracked(applied, location);
+        self.count_index(before, &applied.key);
+        wake
     }
 
     fn publish_untracked(&mut self, applied: &Applied, location: Option<(u64, u64)>) -> bool {
@@ -580,8 +586,8 @@ impl WriteUndo {
             stream_seq: stream.stream_seq.clone(),
             last_write_ms: stream.last_write_ms,
             last_access_ms: stream.last_access_ms,
-            attrs: stream.attrs.clone(),
-            snapshot: stream.snapshot.clone(),
+            attrs: None,
+            snapshot: None,
             retained: stream.retained,
             soft_deleted: stream.soft_deleted,
         }
@@ -589,8 +595,12 @@ impl WriteUndo {
 
     fn restore(self, stream: &mut Stream) {
         stream.soft_deleted = self.soft_deleted;
-        stream.attrs = self.attrs;
-        stream.snapshot = self.snapshot;
+        if let Some(attrs) = self.attrs {
+            stream.attrs = attrs;
+        }
+        if let Some(snapshot) = self.snapshot {
+            stream.snapshot = snapshot;
+        }
         stream.retained = self.retained;
         stream.data.truncate(self.data_len);
         stream.messages.truncate(self.messages_next);
