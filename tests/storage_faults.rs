@@ -29,8 +29,8 @@ use rill::stream::table::incarnation_id;
 
 const KEY: &str = "faulty";
 const NOW_MS: u64 = 1_700_000_000_000;
-/// Large enough that the tests' data never reaches the half mark, so no
-/// spare segment is preallocated in the background.
+/// Large enough that the tests' data never reaches an eighth of it (where
+/// the appender starts preallocating a spare), so no spare is made.
 const BIG_SEGMENT: u64 = 1 << 20;
 
 /// A unique scratch directory removed on drop.
@@ -360,15 +360,15 @@ fn enospc_when_rolling_to_a_new_segment_then_resume() {
     run(async {
         let (storage, plan) = faulty(&tmp.0);
         let shard = start(storage, SMALL_SEGMENT).await;
-        // Below half the segment: no spare segment is prepared.
-        let first = blob(1, 5000);
+        // Below an eighth of the segment: no spare segment is prepared.
+        let first = blob(1, 1000);
         let mut acked = vec![create(KEY), append(&first)];
         commit(&shard, acked.clone()).await.unwrap();
         assert!(!segment_path(&tmp.0, 2).exists());
 
         plan.set_writes(Fault::Enospc);
         // Does not fit: the roll must preallocate segment 2, which fails.
-        let big = blob(2, 12_000);
+        let big = blob(2, 15_500);
         let err = commit(&shard, vec![append(&big)]).await.unwrap_err();
         assert!(err.no_space, "{err:?}");
         assert_reply(&err, 507, "insufficient_storage");

@@ -105,10 +105,12 @@ impl<S: Storage + 'static> Appender<S> {
         self.segment_bytes
     }
 
-    /// Starts preallocating the next segment once the current one is half
-    /// full, early enough to be ready before it is needed.
+    /// Starts preallocating (zero-filling) the next segment once the
+    /// current one is an eighth full: under sustained writes a roll that
+    /// finds no spare stalls every commit for the whole zero-fill (tail
+    /// latency spikes of a few hundred ms were seen starting at half).
     fn prepare_spare(&mut self) {
-        if self.spare.is_some() || self.write_pos < self.segment_bytes / 2 {
+        if self.spare.is_some() || self.write_pos < self.segment_bytes / 8 {
             return;
         }
         let storage = self.storage.clone();

@@ -41,7 +41,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
         monoio::time::sleep(interval).await;
         super::snapshot::sweep_shard(&shard);
         super::fork::sweep(&shard);
-        while let Some(victim) = choose_victim(&shard, &storage) {
+        while let Some(victim) = choose_victim(&shard, &storage).await {
             if shard.table.borrow().has_staged() {
                 break;
             }
@@ -60,8 +60,49 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     }
 }
 
+/// Extents counted between two yields to the shard's other tasks: a
+/// stream of millions of appends must not stall commits while the cleaner
+/// counts (a 4.5M-extent stream stalled them ~350 ms in one go).
+const COUNT_CHUNK: usize = 64 << 10;
+
+/// Bytes located in each segment, counted a chunk at a time. Streams may
+/// change between chunks; the counts only choose a victim, which `clean`
+/// then copies from the current extents.
+async fn live_by_segment(shard: &Shard) -> HashMap<u64, u64> {
+    let keys: Vec<String> = shard
+        .table
+        .borrow()
+        .iter()
+        .map(|(k, _)| k.clone())
+        .collect();
+    let mut live = HashMap::new();
+    let mut counted = 0;
+    for key in keys {
+        let mut from = 0;
+        loop {
+            let done = {
+                let table = shard.table.borrow();
+                let Some(stream) = table.get(&key) else { break };
+                let to = (from + COUNT_CHUNK).min(stream.data.extent_count());
+                stream.data.count_live_range(from..to, &mut live);
+                counted += to - from;
+                from = to;
+                to == stream.data.extent_count()
+            };
+            if counted >= COUNT_CHUNK {
+                counted = 0;
+                monoio::time::sleep(Duration::ZERO).await;
+            }
+            if done {
+                break;
+            }
+        }
+    }
+    live
+}
+
 /// The sealed segment with the least live data, if it is worth cleaning.
-fn choose_victim(shard: &Shard, storage: &DirectStorage) -> Option<u64> {
+async fn choose_victim(shard: &Shard, storage: &DirectStorage) -> Option<u64> {
     let head = shard.head_segment.get();
     let sealed: Vec<u64> = storage
         .list()
@@ -69,10 +110,10 @@ fn choose_victim(shard: &Shard, storage: &DirectStorage) -> Option<u64> {
         .into_iter()
         .filter(|&s| s < head)
         .collect();
-    let mut live: HashMap<u64, u64> = HashMap::new();
-    for (_, stream) in shard.table.borrow().iter() {
-        stream.data.count_live(&mut live);
+    if sealed.is_empty() {
+        return None;
     }
+    let live = live_by_segment(shard).await;
     let limit = (shard.config.segment_bytes as f64 * LIVE_SHARE_LIMIT) as u64;
     sealed
         .into_iter()

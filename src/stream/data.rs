@@ -7,6 +7,8 @@
 
 use std::collections::VecDeque;
 
+use super::chunked::Chunked;
+
 /// The log location of one committed append's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Extent {
@@ -32,7 +34,7 @@ pub struct StreamData {
     chunks: VecDeque<(u64, Vec<u8>)>,
     /// Located appends, ascending and contiguous up to `located_to`
     /// (those wholly before the retention point may be dropped).
-    extents: Vec<Extent>,
+    extents: Chunked<Extent>,
     /// Where located data ends.
     located_to: u64,
 }
@@ -41,10 +43,12 @@ impl StreamData {
     /// Data rebuilt by recovery: all of it in the log, nothing cached.
     pub fn recovered(extents: Vec<Extent>, tail: u64) -> StreamData {
         debug_assert!(extents.last().is_none_or(|e| e.end() == tail));
+        let mut chunked = Chunked::default();
+        extents.into_iter().for_each(|e| chunked.push(e));
         StreamData {
             tail,
             chunks: VecDeque::new(),
-            extents,
+            extents: chunked,
             located_to: tail,
         }
     }
@@ -71,10 +75,7 @@ impl StreamData {
     /// them unreadable), so the cleaner reclaims them.
     pub fn drop_before(&mut self, offset: u64) {
         let dead = self.extents.partition_point(|e| e.end() <= offset);
-        self.extents.drain(..dead);
-        if self.extents.capacity() > 2 * self.extents.len() + 16 {
-            self.extents.shrink_to_fit();
-        }
+        self.extents.drop_front(dead);
     }
 
     /// Appends decided bytes (cached until committed and evicted).
@@ -142,10 +143,10 @@ impl StreamData {
     }
 
     /// The extents that hold bytes of `[start, end)`.
-    pub fn extents_in(&self, start: u64, end: u64) -> &[Extent] {
+    pub fn extents_in(&self, start: u64, end: u64) -> Vec<Extent> {
         let first = self.extents.partition_point(|e| e.end() <= start);
         let last = self.extents.partition_point(|e| e.start < end);
-        &self.extents[first..last.max(first)]
+        self.extents.range(first, last.max(first)).collect()
     }
 
     /// Moves the extent starting at `start` (the cleaner copied it).
@@ -162,14 +163,36 @@ impl StreamData {
     }
 
     /// The located extents whose bytes are in `segment`.
-    pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = &Extent> {
+    pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = Extent> + '_ {
         self.extents.iter().filter(move |e| e.segment == segment)
     }
 
     /// Bytes located in each segment, added to `live`.
     pub fn count_live(&self, live: &mut std::collections::HashMap<u64, u64>) {
-        for e in &self.extents {
-            *live.entry(e.segment).or_default() += e.len;
+        self.count_live_range(0..self.extents.len(), live);
+    }
+
+    /// Bytes located in each segment by the extents at `range` (clamped),
+    /// added to `live`. Extents mostly come in runs of one segment (append
+    /// order), so the map is touched once per run.
+    pub fn count_live_range(
+        &self,
+        range: std::ops::Range<usize>,
+        live: &mut std::collections::HashMap<u64, u64>,
+    ) {
+        let mut run: Option<(u64, u64)> = None;
+        for e in self.extents.range(range.start, range.end) {
+            run = match run {
+                Some((segment, bytes)) if segment == e.segment => Some((segment, bytes + e.len)),
+                Some((segment, bytes)) => {
+                    *live.entry(segment).or_default() += bytes;
+                    Some((e.segment, e.len))
+                }
+                None => Some((e.segment, e.len)),
+            };
+        }
+        if let Some((segment, bytes)) = run {
+            *live.entry(segment).or_default() += bytes;
         }
     }
 
@@ -180,7 +203,7 @@ impl StreamData {
 
     /// Memory the index of extents takes (for budgeting).
     pub fn index_bytes(&self) -> usize {
-        self.extents.capacity() * std::mem::size_of::<Extent>()
+        self.extents.bytes()
     }
 }
 
@@ -211,7 +234,7 @@ mod tests {
         assert_eq!(d.cache_start(), 3);
         assert_eq!(
             d.extents_in(0, 2),
-            &[Extent {
+            [Extent {
                 start: 0,
                 len: 3,
                 segment: 1,

@@ -4,6 +4,7 @@
 //! commands through the same `Table::apply` (DESIGN.md "Layers").
 
 pub mod budget;
+pub mod chunked;
 pub mod codec;
 pub mod command;
 pub mod data;

@@ -10,6 +10,8 @@
 //! back; an uncommitted tail is taken back by `truncate`. The index is dense
 //! (one `u64` per retained message) and counted in `index_bytes`.
 
+use super::chunked::Chunked;
+
 /// Retained message ends with their ordinals.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordIndex {
@@ -18,7 +20,7 @@ pub struct RecordIndex {
     /// Offset where message `base` starts.
     origin: u64,
     /// End offset of messages `base..base + ends.len()`, ascending.
-    ends: Vec<u64>,
+    ends: Chunked<u64>,
 }
 
 impl RecordIndex {
@@ -27,7 +29,7 @@ impl RecordIndex {
         RecordIndex {
             base,
             origin,
-            ends: Vec::new(),
+            ends: Chunked::default(),
         }
     }
 
@@ -47,7 +49,7 @@ impl RecordIndex {
 
     /// Where the last known message ends (`origin` when none).
     pub fn end(&self) -> u64 {
-        self.ends.last().copied().unwrap_or(self.origin)
+        self.ends.last().unwrap_or(self.origin)
     }
 
     /// Records that a message ends at `end`.
@@ -71,11 +73,8 @@ impl RecordIndex {
             return;
         }
         self.base += dead as u64;
-        self.origin = self.ends[dead - 1];
-        self.ends.drain(..dead);
-        if self.ends.capacity() > 2 * self.ends.len() + 64 {
-            self.ends.shrink_to_fit();
-        }
+        self.origin = self.ends.get(dead - 1).expect("dead entries exist");
+        self.ends.drop_front(dead);
     }
 
     /// The ordinal of the message that starts at `offset`, if `offset` is a
@@ -84,8 +83,8 @@ impl RecordIndex {
         if offset == self.origin {
             return Some(self.base);
         }
-        let at = self.ends.binary_search(&offset).ok()?;
-        Some(self.base + at as u64 + 1)
+        let at = self.ends.partition_point(|&end| end < offset);
+        (self.ends.get(at) == Some(offset)).then(|| self.base + at as u64 + 1)
     }
 
     /// The offset where message `ordinal` starts (`end()` for `next`).
@@ -93,7 +92,7 @@ impl RecordIndex {
         let index = ordinal.checked_sub(self.base)?;
         match index {
             0 => Some(self.origin),
-            i => self.ends.get(i as usize - 1).copied(),
+            i => self.ends.get(i as usize - 1),
         }
     }
 
@@ -108,26 +107,28 @@ impl RecordIndex {
     }
 
     /// End offsets of the messages in `(start, end]`.
-    pub fn ends_in(&self, start: u64, end: u64) -> &[u64] {
+    pub fn ends_in(&self, start: u64, end: u64) -> Vec<u64> {
         let from = self.ends.partition_point(|&e| e <= start);
         let to = self.ends.partition_point(|&e| e <= end);
-        &self.ends[from..to.max(from)]
+        self.ends.range(from, to.max(from)).collect()
     }
 
     /// The end of the last whole message inside `(start, limit]`.
     pub fn last_end_within(&self, start: u64, limit: u64) -> Option<u64> {
-        self.ends_in(start, limit).last().copied()
+        let to = self.ends.partition_point(|&e| e <= limit);
+        let end = self.ends.get(to.checked_sub(1)?)?;
+        (end > start).then_some(end)
     }
 
     /// The end of the first message ending after `offset`.
     pub fn first_end_after(&self, offset: u64) -> Option<u64> {
         let at = self.ends.partition_point(|&end| end <= offset);
-        self.ends.get(at).copied()
+        self.ends.get(at)
     }
 
     /// Memory the index takes (for budgeting).
     pub fn index_bytes(&self) -> usize {
-        self.ends.capacity() * std::mem::size_of::<u64>()
+        self.ends.bytes()
     }
 }
 
