@@ -39,11 +39,10 @@ impl<T: Copy> Chunked<T> {
     pub fn push(&mut self, value: T) {
         match self.chunks.back_mut() {
             Some(last) if last.len() < CHUNK => last.push(value),
-            _ => {
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(value);
-                self.chunks.push_back(chunk);
-            }
+            // A chunk grows like a Vec up to CHUNK entries (a stream of a
+            // few appends keeps a few entries, not a whole chunk); the
+            // copies a doubling makes stay within one chunk.
+            _ => self.chunks.push_back(vec![value]),
         }
         self.len += 1;
     }
