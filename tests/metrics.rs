@@ -390,6 +390,10 @@ fn assert_commits_moved(before: &Scrape, after: &Scrape) {
     assert!(delta(before, after, "rill_appends_total", &[]) >= 11.0);
     assert!(delta(before, after, "rill_append_bytes_total", &[]) >= (1000 + (48 << 10)) as f64);
     assert!(delta(before, after, "rill_fdatasync_seconds_sum", &[]) > 0.0);
+    // Every committed write is timed from its decision to its commit.
+    let appends = delta(before, after, "rill_appends_total", &[]);
+    assert!(delta(before, after, "rill_commit_seconds_count", &[]) >= appends);
+    assert!(delta(before, after, "rill_commit_seconds_sum", &[]) > 0.0);
 }
 
 fn assert_reads_moved(before: &Scrape, after: &Scrape) {

@@ -310,6 +310,7 @@ pub struct Metrics {
     subscribers: [Cell<u64>; 2],
     recovery: Cell<Duration>,
     pub fdatasync: Histogram,
+    pub commit_seconds: Histogram,
     pub commit_batch: Histogram,
     /// Status of the response written on a connection (by fd) for the
     /// request in progress there, until `finish_request` counts it.
@@ -325,6 +326,7 @@ impl Default for Metrics {
             subscribers: Default::default(),
             recovery: Cell::new(Duration::ZERO),
             fdatasync: Histogram::new(SYNC_SECONDS),
+            commit_seconds: Histogram::new(SYNC_SECONDS),
             commit_batch: Histogram::new(BATCH_RECORDS),
             statuses: RefCell::default(),
         }
@@ -396,6 +398,7 @@ impl Metrics {
             gauges,
             subscribers: std::array::from_fn(|i| self.subscribers[i].get()),
             fdatasync: self.fdatasync.snapshot(),
+            commit_seconds: self.commit_seconds.snapshot(),
             commit_batch: self.commit_batch.snapshot(),
         }
     }
@@ -429,6 +432,7 @@ pub struct Snapshot {
     /// Indexed by `Mode`.
     pub subscribers: [u64; 2],
     pub fdatasync: HistogramSnapshot,
+    pub commit_seconds: HistogramSnapshot,
     pub commit_batch: HistogramSnapshot,
 }
 

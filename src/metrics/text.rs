@@ -60,6 +60,10 @@ pub fn render(shards: &[Snapshot], process: &Process) -> String {
         &s.fdatasync
     });
     let batch = "Records per group commit (one log write and sync).";
+    let commit = "Time from a write's decision to its commit (queueing, write, sync): the floor of a durable write's latency.";
+    histogram(&mut out, "rill_commit_seconds", commit, &shards, |s| {
+        &s.commit_seconds
+    });
     histogram(&mut out, "rill_commit_batch_records", batch, &shards, |s| {
         &s.commit_batch
     });

@@ -93,6 +93,8 @@ struct Uncommitted {
     data_at: Option<usize>,
     /// Offset of the framed record inside its batch, once batched.
     batch_rel: Option<usize>,
+    /// When the write was decided (for the commit-latency histogram).
+    queued_at: std::time::Instant,
 }
 
 /// A record queued by `enqueue`, to be tracked with its effect.
@@ -107,6 +109,8 @@ pub struct Committed {
     pub effect: Effect,
     pub location: Option<(u64, u64)>,
     pub tickets: Vec<Rc<Slot>>,
+    /// From decision to commit: queueing, the write and the sync.
+    pub waited: std::time::Duration,
 }
 
 /// What to do with an entry once committed, or how to take it back.
@@ -205,6 +209,7 @@ impl Commits {
             tickets: Vec::new(),
             data_at,
             batch_rel: None,
+            queued_at: std::time::Instant::now(),
         });
     }
 
@@ -301,6 +306,7 @@ impl Commits {
                 effect: u.effect,
                 location,
                 tickets: u.tickets,
+                waited: u.queued_at.elapsed(),
             });
         }
         done

@@ -158,6 +158,9 @@ impl Shard {
             match &done.effect {
                 Effect::Stream { applied, undo } => {
                     metrics::count_committed(&self.metrics, applied, undo);
+                    self.metrics
+                        .commit_seconds
+                        .observe(done.waited.as_secs_f64());
                     let wake = self.table.borrow_mut().publish(applied, done.location);
                     if wake && woken.last() != Some(&applied.key.as_str()) {
                         woken.push(&applied.key);
