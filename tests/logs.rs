@@ -37,9 +37,21 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, std::net::SocketAddr, t
     (child, addr, dir)
 }
 
+/// Whether the server answers `/v1/health/ready` with 200; any I/O error
+/// (a listener accepting before its shard serves, say) means not yet.
 fn req_ok(addr: std::net::SocketAddr) -> Option<()> {
-    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
-    (req(addr, "GET", "/v1/health/ready", &[], b"").status == 200).then_some(())
+    use std::io::Write;
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(100)).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let request =
+        format!("GET /v1/health/ready HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut status = [0u8; 12];
+    stream.read_exact(&mut status).ok()?;
+    status.starts_with(b"HTTP/1.1 200").then_some(())
 }
 
 /// Stops the server (SIGTERM) and returns everything it wrote on stderr.
