@@ -12,8 +12,20 @@ use std::time::{Duration, Instant};
 
 use common::req;
 
+/// The server process, killed if a test panics before `stop` reaps it.
+struct Running(Option<Child>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// A server on a free port with extra env; returns it and its address.
-fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, std::net::SocketAddr, tempdir::Dir) {
+fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Running, std::net::SocketAddr, tempdir::Dir) {
     let dir = tempdir::Dir::new();
     let addr = TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -29,6 +41,7 @@ fn spawn(args: &[&str], env: &[(&str, &str)]) -> (Child, std::net::SocketAddr, t
         .stdout(Stdio::null())
         .spawn()
         .expect("spawn rill");
+    let child = Running(Some(child));
     let deadline = Instant::now() + Duration::from_secs(10);
     while req_ok(addr).is_none() {
         assert!(Instant::now() < deadline, "rill did not start");
@@ -55,7 +68,8 @@ fn req_ok(addr: std::net::SocketAddr) -> Option<()> {
 }
 
 /// Stops the server (SIGTERM) and returns everything it wrote on stderr.
-fn stop(mut child: Child) -> String {
+fn stop(mut running: Running) -> String {
+    let mut child = running.0.take().expect("running");
     // SAFETY: kill only sends a signal to the child we spawned.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let mut stderr = String::new();
