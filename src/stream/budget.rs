@@ -38,16 +38,9 @@ impl Table {
         self.index_used >= self.index_budget
     }
 
-    /// Runs `change` on the stream `key` and counts how its indexes grew or
-    /// shrank (a created stream grows from 0, a deleted one shrinks to 0).
-    pub(super) fn tracked<R>(&mut self, key: &str, change: impl FnOnce(&mut Table) -> R) -> R {
-        let before = self.footprint_of(key);
-        let out = change(self);
-        self.count_index(before, key);
-        out
-    }
-
-    /// Counts how the stream `key` grew or shrank since it took `before`.
+    /// Counts how the stream `key` grew or shrank since it took `before`
+    /// (a created stream grows from 0, a deleted one shrinks to 0); the
+    /// table calls it around every apply, publish and undo.
     pub(super) fn count_index(&mut self, before: u64, key: &str) {
         let after = self.footprint_of(key);
         let used = (self.index_used + after).checked_sub(before);

@@ -145,11 +145,6 @@ impl<T: Copy> Chunked<T> {
     pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
         self.chunks.iter().flat_map(|c| c.iter().copied())
     }
-
-    /// Memory the entries take.
-    pub fn bytes(&self) -> usize {
-        self.chunks.iter().map(|c| c.capacity()).sum::<usize>() * std::mem::size_of::<T>()
-    }
 }
 
 #[cfg(test)]

@@ -167,11 +167,6 @@ impl StreamData {
         self.extents.iter().filter(move |e| e.segment == segment)
     }
 
-    /// Bytes located in each segment, added to `live`.
-    pub fn count_live(&self, live: &mut std::collections::HashMap<u64, u64>) {
-        self.count_live_range(0..self.extents.len(), live);
-    }
-
     /// Bytes located in each segment by the extents at `range` (clamped),
     /// added to `live`. Extents mostly come in runs of one segment (append
     /// order), so the map is touched once per run.
@@ -199,11 +194,6 @@ impl StreamData {
     /// How many extents (located appends) are kept.
     pub fn extent_count(&self) -> usize {
         self.extents.len()
-    }
-
-    /// Memory the index of extents takes (for budgeting).
-    pub fn index_bytes(&self) -> usize {
-        self.extents.bytes()
     }
 }
 

@@ -8,7 +8,8 @@
 //! message it knows, which begins at offset `origin`. Retention drops whole
 //! messages from the front (advancing both); new messages are pushed at the
 //! back; an uncommitted tail is taken back by `truncate`. The index is dense
-//! (one `u64` per retained message) and counted in `index_bytes`.
+//! (one `u64` per retained message), kept in chunks, and counted against the
+//! shard's index budget (`budget.rs`).
 
 use super::chunked::Chunked;
 
@@ -124,11 +125,6 @@ impl RecordIndex {
     pub fn first_end_after(&self, offset: u64) -> Option<u64> {
         let at = self.ends.partition_point(|&end| end <= offset);
         self.ends.get(at)
-    }
-
-    /// Memory the index takes (for budgeting).
-    pub fn index_bytes(&self) -> usize {
-        self.ends.bytes()
     }
 }
 

@@ -418,7 +418,9 @@ impl Table {
             Undo::Create { key } | Undo::Delete { key, .. } => key.clone(),
             Undo::Write(w) => w.key.clone(),
         };
-        self.tracked(&key, |table| table.undo_untracked(undo));
+        let before = self.footprint_of(&key);
+        self.undo_untracked(undo);
+        self.count_index(before, &key);
     }
 
     fn undo_untracked(&mut self, undo: Undo) {
