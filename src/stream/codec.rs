@@ -341,6 +341,70 @@ fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
 }
 
 fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
+    encode_create_fields(command, w);
+    kind::CREATE
+}
+
+/// The fields CREATE carries, which FORK starts with too.
+fn encode_create_fields(command: &Command, w: &mut Writer<'_>) {
+    let (Command::Create {
+        key,
+        content_type,
+        ttl_secs,
+        expires_at,
+        expires_at_ms,
+        closed,
+        data,
+        now_ms,
+        attrs,
+    }
+    | Command::Fork {
+        key,
+        content_type,
+        ttl_secs,
+        expires_at,
+        expires_at_ms,
+        closed,
+        data,
+        now_ms,
+        attrs,
+        ..
+    }) = command
+    else {
+        unreachable!("create fields of a command that creates no stream");
+    };
+    w.str(key);
+    w.str(content_type);
+    w.opt_u64(*ttl_secs);
+    w.opt_str(expires_at.as_deref());
+    w.opt_u64(*expires_at_ms);
+    w.bool(*closed);
+    w.data(data);
+    w.u64(*now_ms);
+    w.bytes(attrs);
+}
+
+fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
+    encode_create_fields(command, w);
+    let Command::Fork {
+        start,
+        origin,
+        retained,
+        first_record,
+        ..
+    } = command
+    else {
+        unreachable!("encode_fork of a non-fork");
+    };
+    w.u64(*start);
+    w.fork(origin);
+    w.u64(*retained);
+    w.u64(*first_record);
+    kind::FORK
+}
+
+/// A FORK record: the CREATE fields, then the fork's own.
+fn decode_fork(r: &mut Reader<'_>) -> Result<Command, CodecError> {
     let Command::Create {
         key,
         content_type,
@@ -351,69 +415,21 @@ fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
         data,
         now_ms,
         attrs,
-    } = command
+    } = decode_create(r)?
     else {
-        unreachable!("encode_create of a non-create");
+        unreachable!("decode_create returns a create");
     };
-    w.str(key);
-    w.str(content_type);
-    w.opt_u64(*ttl_secs);
-    w.opt_str(expires_at.as_deref());
-    w.opt_u64(*expires_at_ms);
-    w.bool(*closed);
-    w.data(data);
-    w.u64(*now_ms);
-    w.bytes(attrs);
-    kind::CREATE
-}
-
-fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
-    let Command::Fork {
+    Ok(Command::Fork {
         key,
         content_type,
         ttl_secs,
         expires_at,
         expires_at_ms,
         closed,
-        start,
+        start: r.u64()?,
         data,
         now_ms,
         attrs,
-        origin,
-        retained,
-        first_record,
-    } = command
-    else {
-        unreachable!("encode_fork of a non-fork");
-    };
-    w.str(key);
-    w.str(content_type);
-    w.opt_u64(*ttl_secs);
-    w.opt_str(expires_at.as_deref());
-    w.opt_u64(*expires_at_ms);
-    w.bool(*closed);
-    w.data(data);
-    w.u64(*now_ms);
-    w.bytes(attrs);
-    w.u64(*start);
-    w.fork(origin);
-    w.u64(*retained);
-    w.u64(*first_record);
-    kind::FORK
-}
-
-fn decode_fork(r: &mut Reader<'_>) -> Result<Command, CodecError> {
-    Ok(Command::Fork {
-        key: r.string()?,
-        content_type: r.string()?,
-        ttl_secs: r.opt_u64()?,
-        expires_at: r.opt_string()?,
-        expires_at_ms: r.opt_u64()?,
-        closed: r.bool()?,
-        data: r.bytes()?.to_vec(),
-        now_ms: r.u64()?,
-        attrs: r.bytes()?.to_vec(),
-        start: r.u64()?,
         origin: r.fork()?,
         retained: r.u64()?,
         first_record: r.u64()?,
