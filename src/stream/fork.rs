@@ -64,14 +64,19 @@ impl Table {
 
     /// Counts (or uncounts) `stream` as a fork of its source.
     pub(super) fn count_fork(&mut self, stream: &Stream, add: bool) {
-        let Some(origin) = &stream.fork else { return };
-        let count = self.fork_refs.entry(origin.source_id).or_default();
+        if let Some(origin) = &stream.fork {
+            self.count_source(origin.source_id, add);
+        }
+    }
+
+    fn count_source(&mut self, source_id: u64, add: bool) {
+        let count = self.fork_refs.entry(source_id).or_default();
         match add {
             true => *count += 1,
             false => *count = count.saturating_sub(1),
         }
         if *count == 0 {
-            self.fork_refs.remove(&origin.source_id);
+            self.fork_refs.remove(&source_id);
         }
     }
 
@@ -94,10 +99,20 @@ impl Table {
         else {
             unreachable!("apply_fork takes Fork only");
         };
-        assert!(
-            !self.streams.contains_key(&key),
-            "fork over an existing stream"
-        );
+        // A create of the same configuration, whose data is then the staged
+        // inherited bytes and, at the fork point, the fork's own.
+        let create = Command::Create {
+            key: key.clone(),
+            content_type,
+            ttl_secs,
+            expires_at,
+            expires_at_ms,
+            closed,
+            data: Vec::new(),
+            now_ms,
+            attrs,
+        };
+        let (_, undo) = self.apply_create(create);
         let id = incarnation_id(&key, now_ms);
         let staged = self.staged.remove(&id).unwrap_or_default();
         let mut messages = RecordIndex::starting_at(first_record, retained);
@@ -107,38 +122,18 @@ impl Table {
             start,
             "inherited data ends at the fork point"
         );
-        let mut stream = Stream {
-            id,
-            json: crate::protocol::content_type::is_json(&content_type),
-            content_type,
-            ttl_secs,
-            expires_at,
-            expires_at_ms,
-            created_at_ms: now_ms,
-            last_access_ms: now_ms,
-            last_write_ms: now_ms,
-            closed,
-            closed_by: None,
-            data: inherited(staged.extents, retained, start),
-            messages,
-            first_record,
-            stream_seq: None,
-            producers: Default::default(),
-            attrs,
-            snapshot: None,
-            retained,
-            visible: false,
-            visible_tail: start,
-            visible_closed: false,
-            fork: Some(origin),
-            soft_deleted: false,
-        };
-        super::table::push_data(&mut stream, data);
-        self.count_fork(&stream, true);
-        let done = super::table::applied(&key, &stream, start);
-        self.cache.keys.insert(stream.id, key.clone());
-        self.streams.insert(key.clone(), stream);
-        (done, Undo::Create { key })
+        let source_id = origin.source_id;
+        let stream = self.streams.get_mut(&key).expect("created above");
+        stream.data = inherited(staged.extents, retained, start);
+        stream.messages = messages;
+        stream.first_record = first_record;
+        stream.retained = retained;
+        stream.visible_tail = start;
+        stream.fork = Some(origin);
+        super::table::push_data(stream, data);
+        let done = super::table::applied(&key, stream, start);
+        self.count_source(source_id, true);
+        (done, undo)
     }
 }
 

@@ -359,7 +359,7 @@ impl Table {
         }
     }
 
-    fn apply_create(&mut self, command: Command) -> (Applied, Undo) {
+    pub(super) fn apply_create(&mut self, command: Command) -> (Applied, Undo) {
         let Command::Create {
             key,
             content_type,
