@@ -100,12 +100,23 @@ fn recreate(
         && existing.closed == closed
         && existing.fork.is_none()
         && same_attrs;
-    if !matches {
-        return conflict(
-            "stream_exists",
-            "stream already exists with a different configuration",
-        );
+    match matches {
+        true => recreated(existing),
+        false => exists_differently(),
     }
+}
+
+/// 409: the stream exists with another configuration.
+pub fn exists_differently() -> Response {
+    conflict(
+        "stream_exists",
+        "stream already exists with a different configuration",
+    )
+}
+
+/// The 200 of a re-create that matched: the stream as it is, no records
+/// created (extensions §6.3: both record headers at the tail).
+pub fn recreated(existing: &Stream) -> Response {
     let reply = Response::new(200)
         .header("content-type", existing.content_type.clone())
         .header("stream-next-offset", offset::format(existing.head_tail()))
@@ -115,7 +126,7 @@ fn recreate(
 }
 
 /// `Location` for a 201: the stream's absolute URL when the Host is known.
-fn location(req: &Request) -> String {
+pub fn location(req: &Request) -> String {
     let path = &req.head.raw_path;
     match req.head.header("host") {
         Some(host) if !host.is_empty() => format!("http://{host}{path}"),

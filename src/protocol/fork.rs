@@ -8,7 +8,7 @@
 use super::headers::{Lifetime, lifetime, wants_close};
 use super::response::{Response, bad_request, conflict, not_found};
 use super::router::{Target, route};
-use super::{Request, attrs, content_type, json, offset};
+use super::{Request, attrs, content_type, create, json, offset};
 use crate::stream::fork::same_origin;
 use crate::stream::{ForkOrigin, Stream};
 
@@ -283,16 +283,10 @@ pub fn recreate(existing: &Stream, fork: &ForkRequest) -> Response {
                 && existing.expires_at_ms == life.expires_at_ms))
         && existing.closed == fork.closed
         && existing.attrs == fork.attrs;
-    if !matches {
-        return conflict(
-            "stream_exists",
-            "stream already exists with a different configuration",
-        );
+    match matches {
+        true => create::recreated(existing),
+        false => create::exists_differently(),
     }
-    Response::new(200)
-        .header("content-type", existing.content_type.clone())
-        .header("stream-next-offset", offset::format(existing.head_tail()))
-        .header_if(existing.closed, "stream-closed", "true")
 }
 
 /// §4.2 soft delete: the URL of a deleted source that forks still read

@@ -90,12 +90,7 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
 
 /// Fork side: a PUT with `Stream-Forked-From` on the fork's owner.
 pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) -> Response {
-    let existing = shard
-        .table
-        .borrow()
-        .get(req.key)
-        .map(|s| fork::recreate(s, &request));
-    if let Some(reply) = existing {
+    if let Some(reply) = recreate(shard, req.key, &request) {
         // It rests on the head state: answer once that is committed.
         return shard
             .barrier()
@@ -132,12 +127,8 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         Ok(prefix) => prefix,
         Err(reply) => return reply,
     };
-    let existing = shard
-        .table
-        .borrow()
-        .get(req.key)
-        .map(|s| fork::recreate(s, &request));
-    if let Some(reply) = existing {
+    // Another request created the stream while this one copied.
+    if let Some(reply) = recreate(shard, req.key, &request) {
         return reply;
     }
     let mut data = prefix;
@@ -182,6 +173,14 @@ impl Drop for Staging<'_> {
     fn drop(&mut self) {
         self.shard.table.borrow_mut().unstage(self.id);
     }
+}
+
+/// The answer to a fork PUT on a stream that exists already.
+fn recreate(shard: &Shard, key: &str, request: &ForkRequest) -> Option<Response> {
+    let table = shard.table.borrow();
+    table
+        .get(key)
+        .map(|existing| fork::recreate(existing, request))
 }
 
 /// Logs the inherited pieces as RELOCATE records of incarnation `id`,
@@ -243,12 +242,8 @@ fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
     let Some(stream) = table.get(req.key) else {
         return not_found("the fork was deleted meanwhile");
     };
-    let location = match req.head.header("host") {
-        Some(host) if !host.is_empty() => format!("http://{host}{}", req.head.raw_path),
-        _ => req.head.raw_path.clone(),
-    };
     let reply = Response::new(201)
-        .header("location", location)
+        .header("location", crate::protocol::create::location(req))
         .header("content-type", stream.content_type.clone())
         .header("stream-next-offset", offset::format(stream.head_tail()))
         .header_if(stream.closed, "stream-closed", "true");
