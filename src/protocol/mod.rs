@@ -40,6 +40,26 @@ pub struct Request<'a> {
     pub jitter_seed: u64,
 }
 
+impl<'a> Request<'a> {
+    /// A request on a sub-resource of a bucketed stream (append-batch,
+    /// snapshots, retention, bootstrap): no cursor, so no jitter.
+    pub fn sub_resource(
+        head: &'a RequestHead,
+        body: &'a [u8],
+        key: &'a str,
+        now_ms: u64,
+    ) -> Request<'a> {
+        Request {
+            head,
+            body,
+            surface: Surface::Bucket,
+            key,
+            now_ms,
+            jitter_seed: 0,
+        }
+    }
+}
+
 /// What the shard must do for a request.
 #[derive(Debug)]
 pub enum Action {

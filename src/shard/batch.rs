@@ -8,7 +8,7 @@ use super::Shard;
 use crate::http::parse::RequestHead;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
-use crate::protocol::{Request, Response, Surface, records};
+use crate::protocol::{Request, Response, records};
 
 /// The ack of a frame just applied, with its record range (extensions
 /// §6.11) on JSON streams; `first` is the record tail before it.
@@ -36,14 +36,7 @@ pub async fn serve(
         return not_found("bucket not found");
     }
     let now_ms = shard.reap_if_expired(key);
-    let req = Request {
-        head,
-        body,
-        surface: Surface::Bucket,
-        key,
-        now_ms,
-        jitter_seed: 0,
-    };
+    let req = Request::sub_resource(head, body, key, now_ms);
     if shard.commit_queue_full() {
         return super::dispatch::queue_full();
     }

@@ -13,7 +13,7 @@ use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Framing};
 use crate::protocol::bootstrap;
 use crate::protocol::response::not_found;
-use crate::protocol::{Request, Response, Surface};
+use crate::protocol::{Request, Response};
 
 /// Bytes fetched at a time.
 const WINDOW_BYTES: u64 = 1 << 20;
@@ -74,14 +74,7 @@ pub async fn serve(
             .header("allow", "GET, OPTIONS");
         return respond(shard, socket, reply, keep, false).await;
     }
-    let req = Request {
-        head,
-        body: &[],
-        surface: Surface::Bucket,
-        key,
-        now_ms: 0,
-        jitter_seed: 0,
-    };
+    let req = Request::sub_resource(head, &[], key, 0);
     if let Err(reply) = bootstrap::check(&req) {
         return respond(shard, socket, reply, keep, false).await;
     }

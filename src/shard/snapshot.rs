@@ -13,7 +13,7 @@ use super::Shard;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::response::not_found;
 use crate::protocol::snapshot::{self, Publish};
-use crate::protocol::{Request, Response, Surface};
+use crate::protocol::{Request, Response};
 use crate::stream::{Command, Snapshot, Table};
 
 fn blob_dir(shard: &Shard) -> PathBuf {
@@ -68,14 +68,7 @@ pub async fn serve(
         return not_found("bucket not found");
     }
     let now_ms = shard.reap_if_expired(key);
-    let req = Request {
-        head,
-        body,
-        surface: Surface::Bucket,
-        key,
-        now_ms,
-        jitter_seed: 0,
-    };
+    let req = Request::sub_resource(head, body, key, now_ms);
     match (head.method, offset) {
         (Method::Get | Method::Head, None) => match shard.table.borrow().get_visible(key) {
             Some(stream) => snapshot::latest(&req, stream),
@@ -179,14 +172,7 @@ pub async fn serve_retention(
         let Some(stream) = table.get_visible(key) else {
             return not_found("stream not found");
         };
-        let req = Request {
-            head,
-            body: &[],
-            surface: Surface::Bucket,
-            key,
-            now_ms: 0,
-            jitter_seed: 0,
-        };
+        let req = Request::sub_resource(head, &[], key, 0);
         snapshot::decide_retention(&req, stream, at).map(|to| (stream.id, to))
     };
     let command = match decided {
