@@ -329,7 +329,7 @@ impl Commits {
 }
 
 /// Completes tickets.
-pub fn complete(tickets: Vec<Rc<Slot>>, result: &Result<(), CommitError>) {
+pub fn complete(tickets: &[Rc<Slot>], result: &Result<(), CommitError>) {
     for slot in tickets {
         slot.complete(result.clone());
     }

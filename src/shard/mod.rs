@@ -209,11 +209,10 @@ impl Shard {
         // Writers' acknowledgements first, then readers: a stream's readers
         // (thousands of SSE subscribers, say) must not delay the answer to
         // the append they are woken for (tasks run in wake order).
-        let woken: Vec<String> = woken.into_iter().map(str::to_string).collect();
-        for done in committed {
-            commit::complete(done.tickets, &Ok(()));
+        for done in &committed {
+            commit::complete(&done.tickets, &Ok(()));
         }
-        for key in &woken {
+        for key in woken {
             self.waiters.notify(key);
         }
     }
@@ -225,7 +224,7 @@ impl Shard {
             if let Effect::Stream { undo, .. } = effect {
                 self.table.borrow_mut().undo(undo);
             }
-            commit::complete(tickets, &failure);
+            commit::complete(&tickets, &failure);
         }
     }
 
