@@ -23,12 +23,8 @@ pub fn plan(stream: &Stream, surface: Surface, start: u64, budget: u64) -> Cut {
         return Cut::At(tail);
     }
     if stream.json && surface == Surface::V1 {
-        let end = stream
-            .messages
-            .last_end_within(start, limit)
-            .or_else(|| stream.messages.first_end_after(start))
-            .expect("a message ends at the tail, past start");
-        return Cut::At(end);
+        let end = whole_messages_end(stream, start, limit);
+        return Cut::At(end.expect("a message ends at the tail, past start"));
     }
     if stream.json
         && let Some(end) = stream.messages.last_end_within(start, limit)
@@ -51,12 +47,17 @@ pub fn plan_records(stream: &Stream, start: u64, budget: u64, max_records: Optio
         let end = first.and_then(|r| stream.messages.offset_of(r.saturating_add(max)));
         limit = limit.min(end.unwrap_or(tail));
     }
-    let end = stream
-        .messages
+    let end = whole_messages_end(stream, start, limit);
+    Cut::At(end.map_or(tail, |end| end.min(tail)))
+}
+
+/// Where a window of whole messages from `start` ends: after the last one
+/// that ends by `limit`, or after the first one when it alone is longer.
+fn whole_messages_end(stream: &Stream, start: u64, limit: u64) -> Option<u64> {
+    let messages = &stream.messages;
+    messages
         .last_end_within(start, limit)
-        .or_else(|| stream.messages.first_end_after(start))
-        .map_or(tail, |end| end.min(tail));
-    Cut::At(end)
+        .or_else(|| messages.first_end_after(start))
 }
 
 /// How far bytes must be fetched to resolve `cut`.
