@@ -45,15 +45,8 @@ pub struct AppendArgs {
     /// or at --duration, whichever comes first.
     #[arg(long)]
     total_appends: Option<u64>,
-    /// Server process id, to report its CPU use from /proc/PID/stat.
-    #[arg(long)]
-    server_pid: Option<u32>,
-    /// Label for the table and the JSON (e.g. rill, reference, null).
-    #[arg(long, default_value = "")]
-    label: String,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: crate::output::Output,
 }
 
 #[derive(Serialize)]
@@ -146,7 +139,7 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
     }
     barrier.wait().await; // every stream created
     let cpu0 = stats::self_cpu_seconds();
-    let server0 = args.server_pid.and_then(stats::pid_cpu_seconds);
+    let server0 = args.out.server_cpu();
     let start = Instant::now();
     barrier.wait().await; // go
     let mut ok = 0;
@@ -162,14 +155,14 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let client_cpu = stats::self_cpu_seconds() - cpu0;
-    let server_cpu = match (server0, args.server_pid.and_then(stats::pid_cpu_seconds)) {
+    let server_cpu = match (server0, args.out.server_cpu()) {
         (Some(a), Some(b)) => Some((b - a) / elapsed * 100.0),
         _ => None,
     };
     let errors = error_kinds.values().sum();
     let report = Report {
         scenario: "append",
-        label: args.label.clone(),
+        label: args.out.label.clone(),
         url: args.url.clone(),
         api: args.api,
         streams: args.streams,
@@ -189,9 +182,7 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
         unix_time: now.as_secs(),
     };
     print_table(&report);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
-    }
+    args.out.write_json(&report)?;
     Ok(())
 }
 

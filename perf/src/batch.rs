@@ -37,15 +37,8 @@ pub struct BatchArgs {
     /// Measurement length in seconds.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
-    /// Server process id, to report its CPU use from /proc/PID/stat.
-    #[arg(long)]
-    server_pid: Option<u32>,
-    /// Label for the table and the JSON.
-    #[arg(long, default_value = "")]
-    label: String,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: crate::output::Output,
 }
 
 #[derive(Serialize)]
@@ -151,7 +144,7 @@ pub async fn run(args: BatchArgs) -> Result<(), Error> {
     }
     barrier.wait().await; // every stream created
     let cpu0 = stats::self_cpu_seconds();
-    let server0 = args.server_pid.and_then(stats::pid_cpu_seconds);
+    let server0 = args.out.server_cpu();
     let start = Instant::now();
     barrier.wait().await; // go
     let mut counts = Counts::default();
@@ -163,13 +156,13 @@ pub async fn run(args: BatchArgs) -> Result<(), Error> {
     }
     let elapsed = start.elapsed().as_secs_f64();
     let client_cpu = stats::self_cpu_seconds() - cpu0;
-    let server_cpu = match (server0, args.server_pid.and_then(stats::pid_cpu_seconds)) {
+    let server_cpu = match (server0, args.out.server_cpu()) {
         (Some(a), Some(b)) => Some((b - a) / elapsed * 100.0),
         _ => None,
     };
     let report = Report {
         scenario: "batch",
-        label: args.label.clone(),
+        label: args.out.label.clone(),
         url: args.url.clone(),
         bucket,
         streams: args.streams,
@@ -193,9 +186,7 @@ pub async fn run(args: BatchArgs) -> Result<(), Error> {
         unix_time: now.as_secs(),
     };
     print_table(&report);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
-    }
+    args.out.write_json(&report)?;
     Ok(())
 }
 

@@ -59,15 +59,8 @@ pub struct BootstrapArgs {
     /// Measurement length in seconds.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
-    /// Server process id, to report its CPU use from /proc/PID/stat.
-    #[arg(long)]
-    server_pid: Option<u32>,
-    /// Label for the table and the JSON.
-    #[arg(long, default_value = "")]
-    label: String,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: crate::output::Output,
 }
 
 #[derive(Serialize)]
@@ -185,16 +178,14 @@ pub async fn run(args: BootstrapArgs) -> Result<(), Error> {
     let m = measure(&target, &args, &fixture).await?;
     let report = report(&args, fixture, m, now.as_secs());
     print_table(&report);
-    if let Some(path) = &args.json {
-        std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")?;
-    }
+    args.out.write_json(&report)?;
     Ok(())
 }
 
 fn report(args: &BootstrapArgs, f: Fixture, m: Measured, unix_time: u64) -> Report {
     Report {
         scenario: "bootstrap",
-        label: args.label.clone(),
+        label: args.out.label.clone(),
         url: args.url.clone(),
         bucket: args.bucket.clone(),
         stream: f.stream,
@@ -388,7 +379,7 @@ async fn measure(
         })
         .collect();
     let cpu0 = stats::self_cpu_seconds();
-    let server0 = args.server_pid.and_then(stats::pid_cpu_seconds);
+    let server0 = args.out.server_cpu();
     let start = Instant::now();
     barrier.wait().await;
     let mut counts = Counts::default();
@@ -399,7 +390,7 @@ async fn measure(
         hist.add(&h)?;
     }
     let elapsed = start.elapsed().as_secs_f64();
-    let server1 = args.server_pid.and_then(stats::pid_cpu_seconds);
+    let server1 = args.out.server_cpu();
     Ok(Measured {
         counts,
         hist,

@@ -66,15 +66,8 @@ pub struct FanoutArgs {
     /// schedule on an idle one, so slow acknowledgements do not lower the rate.
     #[arg(long, default_value_t = 32)]
     writer_connections: usize,
-    /// Server process id, to report its CPU use from /proc/PID/stat.
-    #[arg(long)]
-    server_pid: Option<u32>,
-    /// Label for the table and the JSON.
-    #[arg(long, default_value = "")]
-    label: String,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: crate::output::Output,
 }
 
 #[derive(Serialize)]
@@ -240,7 +233,7 @@ fn check_args(args: &FanoutArgs) -> Result<(), Error> {
 pub async fn run(args: FanoutArgs) -> Result<(), Error> {
     check_args(&args)?;
     let nofile = limits::raise_nofile(args.subscribers, "--subscribers")?;
-    limits::warn_outside(args.subscribers, args.server_pid);
+    limits::warn_outside(args.subscribers, args.out.server_pid);
     let target = Target::parse(&args.url)?;
     let name = format!("bench-fanout-{}", live::run_id());
     let path = live::create_stream(&target, args.api, args.bucket.as_deref(), &name).await?;
@@ -263,8 +256,15 @@ pub async fn run(args: FanoutArgs) -> Result<(), Error> {
         connections: args.writer_connections,
     };
     let times = (pace, Duration::from_millis(args.drain_ms));
-    let m =
-        live::write_and_drain(target, path, times, n, &shared.delivered, args.server_pid).await?;
+    let m = live::write_and_drain(
+        target,
+        path,
+        times,
+        n,
+        &shared.delivered,
+        args.out.server_pid,
+    )
+    .await?;
     let _ = stop.send(true);
     let subs = collect(handles, &m.written.acked).await?;
     let mut hist = stats::histogram();
@@ -273,9 +273,7 @@ pub async fn run(args: FanoutArgs) -> Result<(), Error> {
     }
     let report = report(&args, &shared.path, (nofile, connect_s), &m, subs, &hist);
     print_table(&report, &m.written.errors);
-    if let Some(file) = &args.json {
-        std::fs::write(file, serde_json::to_string_pretty(&report)? + "\n")?;
-    }
+    args.out.write_json(&report)?;
     Ok(())
 }
 
@@ -319,7 +317,7 @@ fn report(
 ) -> Report {
     Report {
         scenario: "fanout",
-        label: args.label.clone(),
+        label: args.out.label.clone(),
         url: args.url.clone(),
         api: args.api,
         stream: path.to_string(),

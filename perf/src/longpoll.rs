@@ -56,15 +56,8 @@ pub struct LongpollArgs {
     /// schedule on an idle one, so slow acknowledgements do not lower the rate.
     #[arg(long, default_value_t = 32)]
     writer_connections: usize,
-    /// Server process id, to report its CPU use from /proc/PID/stat.
-    #[arg(long)]
-    server_pid: Option<u32>,
-    /// Label for the table and the JSON.
-    #[arg(long, default_value = "")]
-    label: String,
-    /// Write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: crate::output::Output,
 }
 
 #[derive(Serialize)]
@@ -201,7 +194,7 @@ fn check_args(args: &LongpollArgs) -> Result<(), Error> {
 pub async fn run(args: LongpollArgs) -> Result<(), Error> {
     check_args(&args)?;
     let nofile = limits::raise_nofile(args.waiters, "--waiters")?;
-    limits::warn_outside(args.waiters, args.server_pid);
+    limits::warn_outside(args.waiters, args.out.server_pid);
     let target = Target::parse(&args.url)?;
     let name = format!("bench-longpoll-{}", live::run_id());
     let path = live::create_stream(&target, args.api, args.bucket.as_deref(), &name).await?;
@@ -219,15 +212,13 @@ pub async fn run(args: LongpollArgs) -> Result<(), Error> {
         connections: args.writer_connections,
     };
     let times = (pace, Duration::from_millis(args.drain_ms));
-    let (n, pid) = (args.waiters, args.server_pid);
+    let (n, pid) = (args.waiters, args.out.server_pid);
     let m = live::write_and_drain(target, path, times, n, &shared.delivered, pid).await?;
     let _ = stop.send(true);
     let waiters = collect(handles, &m.written.acked).await?;
     let report = report(&args, &shared.path, nofile, &m, waiters);
     print_table(&report, &m.written.errors);
-    if let Some(file) = &args.json {
-        std::fs::write(file, serde_json::to_string_pretty(&report)? + "\n")?;
-    }
+    args.out.write_json(&report)?;
     Ok(())
 }
 
@@ -265,7 +256,7 @@ fn report(
 ) -> Report {
     Report {
         scenario: "longpoll",
-        label: args.label.clone(),
+        label: args.out.label.clone(),
         url: args.url.clone(),
         api: args.api,
         stream: path.to_string(),

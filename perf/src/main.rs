@@ -13,6 +13,7 @@ mod live;
 mod longpoll;
 mod multipart;
 mod null_server;
+mod output;
 mod sse;
 mod stats;
 mod writer;
