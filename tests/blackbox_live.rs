@@ -6,9 +6,9 @@
 mod common;
 
 use base64::Engine;
-use common::{Conn, ReadError, Response, Server, enc, find, req, unique_name};
+use common::sse::{Event, Sse};
+use common::{Conn, ReadError, Response, Server, enc, req, unique_name};
 use serde_json::Value;
-use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::thread;
@@ -205,214 +205,6 @@ fn long_poll_is_woken_by_close() {
 
 // ---------------------------------------------------------------------- SSE
 
-#[derive(Debug)]
-struct Event {
-    name: String,
-    data: String,
-}
-
-impl Event {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.data)
-            .unwrap_or_else(|e| panic!("control data is not JSON ({e}): {:?}", self.data))
-    }
-}
-
-/// A raw HTTP/1.1 connection reading one chunked SSE response event by
-/// event (parsed per the WHATWG SSE rules), noticing the chunked terminator.
-struct Sse {
-    sock: TcpStream,
-    addr: SocketAddr,
-    raw: Vec<u8>,
-    decoded: Vec<u8>,
-    ended: bool,
-    head: Response,
-}
-
-impl Sse {
-    fn open(addr: SocketAddr, path: &str) -> Sse {
-        let sock = TcpStream::connect(addr).expect("connect");
-        sock.set_nodelay(true).unwrap();
-        let mut sse = Sse {
-            sock,
-            addr,
-            raw: Vec::new(),
-            decoded: Vec::new(),
-            ended: false,
-            head: Response {
-                status: 0,
-                headers: Vec::new(),
-                body: Vec::new(),
-            },
-        };
-        sse.get(path);
-        sse
-    }
-
-    /// Send a GET and read its response head.
-    fn get(&mut self, path: &str) {
-        let r = common::build_request(&self.addr, "GET", path, &[], b"");
-        self.sock.write_all(&r).unwrap();
-        self.decoded.clear();
-        self.ended = false;
-        let deadline = Instant::now() + Duration::from_secs(5);
-        let end = loop {
-            if let Some(i) = find(&self.raw, b"\r\n\r\n") {
-                break i;
-            }
-            assert!(self.read_more(deadline), "connection closed before head");
-        };
-        let head: Vec<u8> = self.raw.drain(..end + 4).collect();
-        let head = String::from_utf8(head[..end].to_vec()).unwrap();
-        let mut lines = head.split("\r\n");
-        let status = lines.next().unwrap().split(' ').nth(1).unwrap();
-        self.head = Response {
-            status: status.parse().unwrap(),
-            headers: lines
-                .map(|l| {
-                    let (k, v) = l.split_once(':').unwrap();
-                    (k.trim().to_string(), v.trim().to_string())
-                })
-                .collect(),
-            body: Vec::new(),
-        };
-    }
-
-    /// Reads more bytes; false on EOF. Panics at `deadline`.
-    fn read_more(&mut self, deadline: Instant) -> bool {
-        let now = Instant::now();
-        assert!(
-            now < deadline,
-            "timed out; decoded so far {:?}",
-            self.text()
-        );
-        self.sock.set_read_timeout(Some(deadline - now)).unwrap();
-        let mut tmp = [0u8; 16 << 10];
-        match self.sock.read(&mut tmp) {
-            Ok(0) => false,
-            Ok(n) => {
-                self.raw.extend_from_slice(&tmp[..n]);
-                true
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                panic!("timed out; decoded so far {:?}", self.text())
-            }
-            Err(e) => panic!("read: {e}"),
-        }
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.decoded).into_owned()
-    }
-
-    /// Decodes the complete chunks in `raw`.
-    fn decode(&mut self) {
-        while !self.ended {
-            let Some(i) = find(&self.raw, b"\r\n") else {
-                return;
-            };
-            let line = std::str::from_utf8(&self.raw[..i]).unwrap();
-            let size = usize::from_str_radix(line.split(';').next().unwrap().trim(), 16)
-                .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
-            if size == 0 {
-                if self.raw.len() < i + 4 {
-                    return;
-                }
-                assert_eq!(&self.raw[i + 2..i + 4], b"\r\n", "no trailers expected");
-                self.raw.drain(..i + 4);
-                self.ended = true;
-                return;
-            }
-            if self.raw.len() < i + 2 + size + 2 {
-                return;
-            }
-            self.decoded
-                .extend_from_slice(&self.raw[i + 2..i + 2 + size]);
-            assert_eq!(&self.raw[i + 2 + size..i + 4 + size], b"\r\n");
-            self.raw.drain(..i + 4 + size);
-        }
-    }
-
-    /// The next event, or `None` once the response body ended.
-    fn next(&mut self, timeout: Duration) -> Option<Event> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            self.decode();
-            if let Some(i) = find(&self.decoded, b"\n\n") {
-                let block: Vec<u8> = self.decoded.drain(..i + 2).collect();
-                return Some(parse_event(&block[..i]));
-            }
-            if self.ended {
-                assert!(
-                    self.decoded.is_empty(),
-                    "body ended inside an event: {:?}",
-                    self.text()
-                );
-                return None;
-            }
-            assert!(
-                self.read_more(deadline),
-                "connection closed without the chunked terminator; decoded {:?}",
-                self.text()
-            );
-        }
-    }
-
-    /// The next event, which must exist and be named `name`.
-    fn expect(&mut self, name: &str, timeout: Duration) -> Event {
-        let e = self
-            .next(timeout)
-            .unwrap_or_else(|| panic!("SSE body ended; expected a {name} event"));
-        assert_eq!(e.name, name, "{e:?}");
-        e
-    }
-
-    /// The next non-keep-alive event: skips controls that carry no news
-    /// (same offset, up to date) while waiting for a data event.
-    fn expect_data(&mut self, timeout: Duration) -> Event {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let e = self
-                .next(left)
-                .unwrap_or_else(|| panic!("SSE body ended; expected a data event"));
-            if e.name == "data" {
-                return e;
-            }
-            assert_eq!(e.name, "control", "{e:?}");
-        }
-    }
-}
-
-/// WHATWG SSE field parsing: `field: value` with one optional space
-/// removed; `data` lines joined by LF; `event` names the event.
-fn parse_event(block: &[u8]) -> Event {
-    let text = std::str::from_utf8(block).expect("SSE is UTF-8");
-    let mut name = "message".to_string();
-    let mut data: Vec<&str> = Vec::new();
-    for line in text.split('\n') {
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        match field {
-            "event" => name = value.to_string(),
-            "data" => data.push(value),
-            _ => {}
-        }
-    }
-    Event {
-        name,
-        data: data.join("\n"),
-    }
-}
-
 fn sse_path(path: &str, offset: &str) -> String {
     format!("{path}?live=sse&offset={}", enc(offset))
 }
@@ -574,12 +366,7 @@ fn sse_response_ends_after_the_cycle_and_connection_stays_usable() {
     );
     // The same connection serves a plain request afterwards.
     let r = common::build_request(&s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
-    sse.sock.write_all(&r).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sse.raw.ends_with(b"abc") {
-        assert!(sse.read_more(deadline), "closed; got {:?}", sse.raw);
-    }
-    let text = String::from_utf8_lossy(&sse.raw).into_owned();
+    let text = sse.send_raw_until(&r, b"abc");
     assert!(text.starts_with("HTTP/1.1 200"), "{text:?}");
 }
 

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::sse::Sse;
 use common::{Conn, ReadError, Response, Server, req};
 use records_helpers::*;
 use serde_json::{Value, json};

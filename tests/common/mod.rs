@@ -6,6 +6,8 @@
 //! chunked bodies, raw bytes for malformed-input tests).
 #![allow(dead_code)]
 
+pub mod sse;
+
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
