@@ -1,14 +1,23 @@
 //! `null-server`: answers 204 to every request on keep-alive HTTP/1.1
-//! connections, on the same tokio + hyper stack as the generator.
+//! connections, on the same tokio + hyper stack as the generator. For the
+//! `fanout` scenario it also serves the least an SSE fan-out can do: a GET
+//! with `live=sse` gets an event stream, and each POST's body goes to every
+//! open event stream as one data event and its control event, written from
+//! every core, with nothing stored (the machine's fan-out ceiling).
 
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Incoming;
-use hyper::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Empty};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use crate::client::Error;
 
@@ -19,10 +28,82 @@ pub struct NullArgs {
     listen: String,
 }
 
-async fn answer(request: Request<Incoming>) -> Result<Response<Empty<Bytes>>, Infallible> {
+/// The open event streams and the byte count that serves as their offset.
+#[derive(Default)]
+struct Hub {
+    subscribers: Mutex<Vec<UnboundedSender<Bytes>>>,
+    offset: AtomicU64,
+}
+
+impl Hub {
+    fn control(&self) -> String {
+        let at = self.offset.load(Ordering::Relaxed);
+        format!(
+            "event: control\ndata:{{\"streamNextOffset\":\"{at:020}\",\"streamCursor\":\"1\",\"upToDate\":true}}\n\n"
+        )
+    }
+
+    fn subscribe(&self) -> Events {
+        let (tx, rx) = unbounded_channel();
+        self.subscribers.lock().expect("hub lock").push(tx);
+        Events {
+            first: Some(Bytes::from(self.control())),
+            rx,
+        }
+    }
+
+    /// Sends `body` (one line) to every open event stream.
+    fn publish(&self, body: &[u8]) {
+        let line = body.strip_suffix(b"\n").unwrap_or(body);
+        self.offset.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let mut event = b"event: data\ndata:".to_vec();
+        event.extend_from_slice(line);
+        event.extend_from_slice(b"\n\n");
+        event.extend_from_slice(self.control().as_bytes());
+        let event = Bytes::from(event);
+        let mut subscribers = self.subscribers.lock().expect("hub lock");
+        subscribers.retain(|tx| tx.send(event.clone()).is_ok());
+    }
+}
+
+/// One event stream's body: its first control event, then what is published.
+struct Events {
+    first: Option<Bytes>,
+    rx: UnboundedReceiver<Bytes>,
+}
+
+impl Body for Events {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(Frame::data(first))));
+        }
+        self.rx.poll_recv(cx).map(|e| e.map(|e| Ok(Frame::data(e))))
+    }
+}
+
+type Reply = Response<Either<Empty<Bytes>, Events>>;
+
+async fn answer(hub: Arc<Hub>, request: Request<Incoming>) -> Result<Reply, Infallible> {
+    let sse = request.uri().query().is_some_and(|q| q.contains("live=sse"));
+    if request.method() == Method::GET && sse {
+        let mut response = Response::new(Either::Right(hub.subscribe()));
+        let headers = response.headers_mut();
+        headers.insert("content-type", "text/event-stream".parse().expect("a header"));
+        return Ok(response);
+    }
+    let post = request.method() == Method::POST;
     // Read the body so the connection stays usable for the next request.
-    let _ = request.into_body().collect().await;
-    let mut response = Response::new(Empty::new());
+    let body = request.into_body().collect().await;
+    if let (true, Ok(body)) = (post, body) {
+        hub.publish(&body.to_bytes());
+    }
+    let mut response = Response::new(Either::Left(Empty::new()));
     *response.status_mut() = StatusCode::NO_CONTENT;
     Ok(response)
 }
@@ -33,6 +114,7 @@ pub async fn run(args: NullArgs) -> Result<(), Error> {
         "rill-bench null-server on http://{}",
         listener.local_addr()?
     );
+    let hub = Arc::new(Hub::default());
     let serve = async {
         loop {
             let (socket, _) = match listener.accept().await {
@@ -44,10 +126,12 @@ pub async fn run(args: NullArgs) -> Result<(), Error> {
                 }
             };
             let _ = socket.set_nodelay(true);
+            let hub = hub.clone();
             tokio::spawn(async move {
+                let service = hyper::service::service_fn(|r| answer(hub.clone(), r));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .keep_alive(true)
-                    .serve_connection(TokioIo::new(socket), hyper::service::service_fn(answer))
+                    .serve_connection(TokioIo::new(socket), service)
                     .await;
             });
         }
