@@ -31,6 +31,27 @@ pub struct SseCursor {
     pub announced: bool,
 }
 
+/// Everything `SseCursor::emit` reads besides the fetched bytes (which the
+/// stream's incarnation and window fix) and the jitter seed: responses
+/// whose keys are equal get the same step, so the owning shard renders an
+/// event once for the whole audience at one position. The seed only
+/// jitters a cursor past the client's own (§8.1); responses sharing a key
+/// sent the same cursor, and share one random jitter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepKey {
+    id: u64,
+    window: (u64, u64, Cut),
+    tail: u64,
+    closed: bool,
+    retained: u64,
+    first_record: u64,
+    surface: Surface,
+    records: Option<records::RecordView>,
+    client_cursor: Option<String>,
+    interval: u64,
+    announced: bool,
+}
+
 /// What to write next, and whether the response ends after it.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct SseStep {
@@ -87,6 +108,31 @@ impl SseCursor {
             None => window::plan(stream, self.plan.surface, self.next, budget),
         };
         Some((self.next, window::fetch_end(cut, stream.tail()), cut))
+    }
+
+    /// The key of the step `emit` would produce for `window` now.
+    pub fn step_key(&self, stream: &Stream, window: (u64, u64, Cut), now_ms: u64) -> StepKey {
+        StepKey {
+            id: stream.id,
+            window,
+            tail: stream.tail(),
+            closed: stream.is_closed(),
+            retained: stream.retained,
+            first_record: stream.first_record,
+            surface: self.plan.surface,
+            records: self.plan.records,
+            client_cursor: self.plan.cursor.clone(),
+            interval: now_ms / cursor::INTERVAL_MS,
+            announced: self.announced,
+        }
+    }
+
+    /// Takes the position another response with an equal `StepKey`
+    /// reached by emitting its step.
+    pub fn follow(&mut self, after: &SseCursor) {
+        debug_assert_eq!(self.plan.key, after.plan.key);
+        self.next = after.next;
+        self.announced = after.announced;
     }
 
     /// One data event for the fetched window (bytes from `self.next`), then

@@ -68,11 +68,12 @@ fn retryable(e: &std::io::Error) -> bool {
     )
 }
 
-pub async fn write_bytes(socket: &mut TcpStream, bytes: Vec<u8>) -> bool {
-    use monoio::buf::IoBuf;
+/// Writes all of `bytes` (a `Vec`, or shared `Bytes`); false when the
+/// connection failed.
+pub async fn write_bytes<B: monoio::buf::IoBuf>(socket: &mut TcpStream, bytes: B) -> bool {
     let mut buf = bytes;
     let mut written = 0;
-    while written < buf.len() {
+    while written < buf.bytes_init() {
         let (result, slice) = socket.write(buf.slice(written..)).await;
         buf = slice.into_inner();
         match result {

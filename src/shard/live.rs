@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use monoio::net::TcpStream;
 
+use bytes::Bytes;
+
 use super::Shard;
+use super::audience::{Audience, SharedStep};
 use super::conn::{respond, responding, write_bytes};
-use super::signal::Signal;
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing};
@@ -100,7 +102,8 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
 async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
     let waiting = shard.metrics.subscriber(Mode::LongPoll);
     let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
-    let signal = shard.waiters.signal(&plan.key);
+    let audience = shard.waiters.join(&plan.key);
+    let signal = &audience.signal;
     let mut timed_out = false;
     let reply = loop {
         let seen = signal.generation();
@@ -116,7 +119,7 @@ async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, ke
             .is_err();
     };
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
-    shard.waiters.release(&plan.key, signal);
+    shard.waiters.release(&plan.key, audience);
     drop(waiting);
     respond(shard, socket, reply, keep, false).await
 }
@@ -162,9 +165,9 @@ async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bo
     }
     let _live = shard.metrics.subscriber(Mode::Sse);
     let key = plan.key.clone();
-    let signal = shard.waiters.signal(&key);
-    let ok = stream_events(shard, socket, SseCursor::new(plan), &signal).await;
-    shard.waiters.release(&key, signal);
+    let audience = shard.waiters.join(&key);
+    let ok = stream_events(shard, socket, SseCursor::new(plan), &audience).await;
+    shard.waiters.release(&key, audience);
     ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
 }
 
@@ -175,25 +178,59 @@ async fn send(socket: &mut TcpStream, bytes: &[u8]) -> bool {
     out.is_empty() || write_bytes(socket, out).await
 }
 
+/// The next step for `cursor`: the audience's shared step when another
+/// response already rendered it, otherwise fetched, rendered and shared.
+/// `None` when the stream is gone or has nothing past the cursor; `Err`
+/// when the log failed.
+async fn next_step(
+    shard: &Shard,
+    cursor: &mut SseCursor,
+    audience: &Audience,
+) -> Option<Result<Rc<SharedStep>, ()>> {
+    let now_ms = clock::now_ms();
+    let (id, window, key) = {
+        let table = shard.table.borrow();
+        let stream = table.get_visible(&cursor.plan.key)?;
+        let window = cursor.next_window(stream)?;
+        (stream.id, window, cursor.step_key(stream, window, now_ms))
+    };
+    if let Some(step) = audience.step(&key) {
+        cursor.follow(&step.after);
+        return Some(Ok(step));
+    }
+    let (start, end, cut) = window;
+    let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
+        return Some(Err(()));
+    };
+    let table = shard.table.borrow();
+    let stream = table.get_visible(&cursor.plan.key).filter(|s| s.id == id)?;
+    // The fetch may have waited for the log: the key must still hold.
+    let key = cursor.step_key(stream, window, now_ms);
+    let step = cursor.emit(stream, cut, &fetched, now_ms, shard.next_random());
+    let mut chunk = Vec::new();
+    render::chunk(&step.bytes, &mut chunk);
+    Some(Ok(audience.share(SharedStep {
+        key,
+        chunk: Bytes::from(chunk),
+        after: cursor.clone(),
+        done: step.done,
+    })))
+}
+
 /// Sends every window available now. `Some(done)` when the response ends
 /// (`done` false when the client went away or the log failed).
-async fn drain(shard: &Shard, socket: &mut TcpStream, cursor: &mut SseCursor) -> Option<bool> {
+async fn drain(
+    shard: &Shard,
+    socket: &mut TcpStream,
+    cursor: &mut SseCursor,
+    audience: &Audience,
+) -> Option<bool> {
     loop {
-        let next = {
-            let table = shard.table.borrow();
-            let stream = table.get_visible(&cursor.plan.key)?;
-            cursor.next_window(stream).map(|w| (stream.id, w))
+        let step = match next_step(shard, cursor, audience).await? {
+            Ok(step) => step,
+            Err(()) => return Some(false),
         };
-        let (id, (start, end, cut)) = next?;
-        let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
-            return Some(false);
-        };
-        let step = {
-            let table = shard.table.borrow();
-            let stream = table.get_visible(&cursor.plan.key).filter(|s| s.id == id)?;
-            cursor.emit(stream, cut, &fetched, clock::now_ms(), shard.next_random())
-        };
-        if !send(socket, &step.bytes).await {
+        if !step.chunk.is_empty() && !write_bytes(socket, step.chunk.clone()).await {
             return Some(false);
         }
         if step.done {
@@ -208,14 +245,15 @@ async fn stream_events(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
     mut cursor: SseCursor,
-    signal: &Rc<Signal>,
+    audience: &Audience,
 ) -> bool {
     let cycle_end = Instant::now() + Duration::from_millis(shard.config.sse_cycle_ms);
     let keepalive = Duration::from_millis(shard.config.long_poll_timeout_ms);
+    let signal = &audience.signal;
     let mut timed_out = false;
     loop {
         let seen = signal.generation();
-        if let Some(ok) = drain(shard, socket, &mut cursor).await {
+        if let Some(ok) = drain(shard, socket, &mut cursor, audience).await {
             return ok;
         }
         let now_ms = clock::now_ms();

@@ -2,6 +2,7 @@
 //! SO_REUSEPORT listener, connections, stream table and waiters (DESIGN.md).
 //! This is the only layer that ties protocol decisions to sockets.
 
+pub mod audience;
 pub mod batch;
 pub mod bootstrap;
 pub mod buckets;
@@ -31,9 +32,10 @@ use std::sync::Arc;
 use crate::config::Config;
 use crate::stream::codec::Entry;
 use crate::stream::{Command, Table};
+use audience::Waiters;
 use commit::{CommitError, Commits, Effect, Ticket};
 use mesh::{Mesh, MeshMsg};
-use signal::{Signal, Waiters};
+use signal::Signal;
 
 /// Everything one shard owns. Lives in an `Rc` on its thread; never shared.
 pub struct Shard {

@@ -1,8 +1,8 @@
-//! Per-stream wake-ups for long-poll and SSE waiters, held by the owning
-//! shard (single-threaded: `Rc`/`Cell`, no locks).
+//! Wake-ups within a shard (single-threaded: `Rc`/`Cell`, no locks): a
+//! generation counter and the wakers of the futures waiting for it to move
+//! (a stream's readers, the log writer, the stop signal).
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -104,52 +104,6 @@ impl Future for Changed {
             None => this.slot = Some(wakers.insert(cx.waker().clone())),
         }
         Poll::Pending
-    }
-}
-
-/// Signals by stream key, created on demand and dropped when unused.
-#[derive(Default)]
-pub struct Waiters {
-    signals: RefCell<HashMap<String, Rc<Signal>>>,
-}
-
-impl Waiters {
-    pub fn signal(&self, key: &str) -> Rc<Signal> {
-        let mut map = self.signals.borrow_mut();
-        map.entry(key.to_string()).or_default().clone()
-    }
-
-    pub fn notify(&self, key: &str) {
-        let mut map = self.signals.borrow_mut();
-        if let Some(signal) = map.get(key) {
-            signal.notify();
-            if Rc::strong_count(signal) == 1 {
-                map.remove(key);
-            }
-        }
-    }
-
-    /// Drops the map's entry for `key` when `held` is its last other user.
-    pub fn release(&self, key: &str, held: Rc<Signal>) {
-        let mut map = self.signals.borrow_mut();
-        if Rc::strong_count(&held) == 2 {
-            map.remove(key);
-        }
-    }
-
-    /// Wakes every waiter (shutdown).
-    pub fn notify_all(&self) {
-        for signal in self.signals.borrow().values() {
-            signal.notify();
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.signals.borrow().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.signals.borrow().is_empty()
     }
 }
 

@@ -1,0 +1,89 @@
+//! A stream's live readers on its owning shard (PROTOCOL.md §5.6, §5.7): the
+//! signal that wakes its long-poll and SSE responses after each commit, and
+//! the SSE step rendered last, which every response at the same position
+//! takes instead of fetching and rendering its own (one render and one
+//! buffer per event, however large the audience).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::signal::Signal;
+use crate::protocol::sse::{SseCursor, StepKey};
+
+/// One rendered SSE step, framed as a chunk: what a response whose cursor
+/// has `key` writes, and where its cursor stands afterwards.
+pub struct SharedStep {
+    pub key: StepKey,
+    pub chunk: Bytes,
+    pub after: SseCursor,
+    pub done: bool,
+}
+
+#[derive(Default)]
+pub struct Audience {
+    pub signal: Rc<Signal>,
+    step: RefCell<Option<Rc<SharedStep>>>,
+}
+
+impl Audience {
+    /// The step rendered last, when it was rendered for `key`.
+    pub fn step(&self, key: &StepKey) -> Option<Rc<SharedStep>> {
+        let step = self.step.borrow();
+        step.as_ref().filter(|s| s.key == *key).cloned()
+    }
+
+    pub fn share(&self, step: SharedStep) -> Rc<SharedStep> {
+        let step = Rc::new(step);
+        *self.step.borrow_mut() = Some(step.clone());
+        step
+    }
+}
+
+/// Audiences by stream key, created on demand and dropped when unused.
+#[derive(Default)]
+pub struct Waiters {
+    audiences: RefCell<HashMap<String, Rc<Audience>>>,
+}
+
+impl Waiters {
+    pub fn join(&self, key: &str) -> Rc<Audience> {
+        let mut map = self.audiences.borrow_mut();
+        map.entry(key.to_string()).or_default().clone()
+    }
+
+    pub fn notify(&self, key: &str) {
+        let mut map = self.audiences.borrow_mut();
+        if let Some(audience) = map.get(key) {
+            audience.signal.notify();
+            if Rc::strong_count(audience) == 1 {
+                map.remove(key);
+            }
+        }
+    }
+
+    /// Drops the map's entry for `key` when `held` is its last other user.
+    pub fn release(&self, key: &str, held: Rc<Audience>) {
+        let mut map = self.audiences.borrow_mut();
+        if Rc::strong_count(&held) == 2 {
+            map.remove(key);
+        }
+    }
+
+    /// Wakes every waiter (shutdown).
+    pub fn notify_all(&self) {
+        for audience in self.audiences.borrow().values() {
+            audience.signal.notify();
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.audiences.borrow().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.audiences.borrow().is_empty()
+    }
+}
