@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# Run the same `rill-bench append` scenario against rill, the Node reference
-# server (@durable-streams/server, file-backed) and rill-bench's null server,
-# one after the other, and print a ratio table.
+# Run the same `rill-bench` scenario (append, or fanout) against rill, the
+# Node reference server (@durable-streams/server, file-backed) and
+# rill-bench's null server, one after the other, and print a ratio table.
 #
-#   scripts/bench-compare.sh [--duration S] [--streams N] [--payload B]
-#                            [--shared-connections K] [--cores N] [--out DIR]
+#   scripts/bench-compare.sh [--scenario append|fanout] [--duration S]
+#                            [--streams N] [--payload B] [--shared-connections K]
+#                            [--subscribers S] [--rate R] [--cores N] [--out DIR]
 #
 # Options:
+#   --scenario NAME          append (default) or fanout (one stream, a writer
+#                            at R events/s, S SSE subscribers)
 #   --duration S             seconds per server (default 10)
-#   --streams N              streams, one connection each (default 100)
-#   --payload B              bytes per append (default 256)
-#   --shared-connections K   K connections cycling over the streams instead
+#   --streams N              append: streams, one connection each (default 100)
+#   --payload B              append: bytes per append (default 256)
+#   --shared-connections K   append: K connections cycling over the streams
+#   --subscribers S          fanout: SSE subscribers (default 1000)
+#   --rate R                 fanout: events per second (default 50)
 #   --cores N                rill --cores (default: nproc)
 #   --out DIR                keep the JSON results and server logs here
 #                            (default: a new temp dir, printed at the end)
@@ -32,6 +37,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DURATION=10 STREAMS=100 PAYLOAD=256 SHARED="" CORES="$(nproc)" OUT=""
+SCENARIO=append SUBSCRIBERS=1000 RATE=50
 REF_VERSION=0.3.7
 REFERENCE_DIR="${REFERENCE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-bench/reference-$REF_VERSION}"
 
@@ -42,9 +48,13 @@ die() {
 
 while [ $# -gt 0 ]; do
   case "$1" in
-  --duration | --streams | --payload | --shared-connections | --cores | --out)
+  --scenario | --duration | --streams | --payload | --shared-connections | --subscribers | \
+    --rate | --cores | --out)
     [ $# -ge 2 ] || die "$1 needs a value"
     case "$1" in
+    --scenario) SCENARIO="$2" ;;
+    --subscribers) SUBSCRIBERS="$2" ;;
+    --rate) RATE="$2" ;;
     --duration) DURATION="$2" ;;
     --streams) STREAMS="$2" ;;
     --payload) PAYLOAD="$2" ;;
@@ -55,13 +65,14 @@ while [ $# -gt 0 ]; do
     shift 2
     ;;
   -h | --help)
-    sed -n '2,30p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
     exit 0
     ;;
   *) die "unknown option $1 (see --help)" ;;
   esac
 done
-for n in "$STREAMS" "$PAYLOAD" "$CORES" ${SHARED:+"$SHARED"}; do
+case "$SCENARIO" in append | fanout) ;; *) die "--scenario is append or fanout, got '$SCENARIO'" ;; esac
+for n in "$STREAMS" "$PAYLOAD" "$CORES" "$SUBSCRIBERS" ${SHARED:+"$SHARED"}; do
   case "$n" in '' | *[!0-9]*) die "expected a positive integer, got '$n'" ;; esac
 done
 for tool in node npm python3 curl; do
@@ -133,13 +144,21 @@ wait_port() {
   return 1
 }
 
-# bench NAME URL [PID]: the append scenario against URL, JSON to $OUT/NAME.json.
+# bench NAME URL [PID]: the scenario against URL, JSON to $OUT/NAME.json.
 bench() {
   local name="$1" url="$2" pid="${3:-}"
-  echo "==> append against $name ($url)"
-  "$BENCH_BIN" append --url "$url" --api v1 --streams "$STREAMS" --payload "$PAYLOAD" \
-    --duration "$DURATION" --label "$name" --json "$OUT/$name.json" \
-    ${SHARED:+--shared-connections "$SHARED"} ${pid:+--server-pid "$pid"} </dev/null
+  echo "==> $SCENARIO against $name ($url)"
+  local common=(--url "$url" --api v1 --duration "$DURATION" --label "$name"
+    --json "$OUT/$name.json" ${pid:+--server-pid "$pid"})
+  case "$SCENARIO" in
+  append)
+    "$BENCH_BIN" append "${common[@]}" --streams "$STREAMS" --payload "$PAYLOAD" \
+      ${SHARED:+--shared-connections "$SHARED"} </dev/null
+    ;;
+  fanout)
+    "$BENCH_BIN" fanout "${common[@]}" --subscribers "$SUBSCRIBERS" --rate "$RATE" </dev/null
+    ;;
+  esac
 }
 
 # start NAME CMD...: start a server in the background, logs in $OUT/NAME.log.
@@ -201,24 +220,42 @@ import json, sys
 out, names = sys.argv[1], sys.argv[2:]
 r = {n: json.load(open(f"{out}/{n}.json")) for n in names}
 first = r[names[0]]
+def ratio(a, b):
+    return f"{a / b:.2f}x" if b else "-"
+def cpu(x):
+    srv = "-" if x.get("server_cpu_pct") is None else f"{x['server_cpu_pct']:.0f} %"
+    return f"{x['client_cpu_pct']:.0f} % | {srv}"
+def lat(l):
+    return f"{l['p50']} | {l['p90']} | {l['p99']} | {l['p999']} | {l['max']}"
+rill = r["rill"]
+if first["scenario"] == "fanout":
+    print(f"\n{first['subscribers']} SSE subscribers, {first['rate']} events/s, "
+          f"{first['duration_s']} s each; latency per delivery, publish to receive\n")
+    print("| server | delivered / expected | lost | dup | p50 µs | p90 µs | p99 µs | p999 µs | max µs | errors | client CPU | server CPU |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for n in names:
+        x = r[n]
+        print(f"| {n} | {x['deliveries_received']} / {x['deliveries_expected']} | {x['lost']} | "
+              f"{x['duplicated']} | {lat(x['latency_us'])} | {x['errors']} | {cpu(x)} |")
+    print("\n| ratio | p50 latency | p99 latency |")
+    print("|---|---|---|")
+    for n in names[1:]:
+        x = r[n]
+        print(f"| rill/{n} | {ratio(rill['latency_us']['p50'], x['latency_us']['p50'])} | "
+              f"{ratio(rill['latency_us']['p99'], x['latency_us']['p99'])} |")
+    sys.exit(0)
 print(f"\n{first['streams']} streams x {first['payload_bytes']} B, "
       f"{first['connections']} connections, {first['duration_s']} s each\n")
 print("| server | appends/s | MB/s | p50 µs | p90 µs | p99 µs | p999 µs | max µs | errors | client CPU | server CPU |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for n in names:
-    x, l = r[n], r[n]["latency_us"]
-    srv = "-" if x.get("server_cpu_pct") is None else f"{x['server_cpu_pct']:.0f} %"
-    print(f"| {n} | {x['appends_per_s']:.0f} | {x['mb_per_s']:.2f} | {l['p50']} | {l['p90']} | "
-          f"{l['p99']} | {l['p999']} | {l['max']} | {x['errors']} | {x['client_cpu_pct']:.0f} % | {srv} |")
-rill = r["rill"]
+    x = r[n]
+    print(f"| {n} | {x['appends_per_s']:.0f} | {x['mb_per_s']:.2f} | {lat(x['latency_us'])} | "
+          f"{x['errors']} | {cpu(x)} |")
 print("\n| ratio | appends/s | p50 latency | p99 latency |")
 print("|---|---|---|---|")
-for n in names:
-    if n == "rill":
-        continue
+for n in names[1:]:
     x = r[n]
-    def ratio(a, b):
-        return f"{a / b:.2f}x" if b else "-"
     print(f"| rill/{n} | {ratio(rill['appends_per_s'], x['appends_per_s'])} | "
           f"{ratio(rill['latency_us']['p50'], x['latency_us']['p50'])} | "
           f"{ratio(rill['latency_us']['p99'], x['latency_us']['p99'])} |")

@@ -90,11 +90,17 @@ impl Body for Events {
 type Reply = Response<Either<Empty<Bytes>, Events>>;
 
 async fn answer(hub: Arc<Hub>, request: Request<Incoming>) -> Result<Reply, Infallible> {
-    let sse = request.uri().query().is_some_and(|q| q.contains("live=sse"));
+    let sse = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.contains("live=sse"));
     if request.method() == Method::GET && sse {
         let mut response = Response::new(Either::Right(hub.subscribe()));
         let headers = response.headers_mut();
-        headers.insert("content-type", "text/event-stream".parse().expect("a header"));
+        headers.insert(
+            "content-type",
+            "text/event-stream".parse().expect("a header"),
+        );
         return Ok(response);
     }
     let post = request.method() == Method::POST;
@@ -155,5 +161,33 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publish_sends_one_event_pair_to_every_open_stream_and_drops_closed_ones() {
+        let hub = Hub::default();
+        let mut kept = hub.subscribe();
+        let gone = hub.subscribe();
+        let first = kept.first.take().expect("a first control event");
+        assert!(first.starts_with(b"event: control\ndata:{\"streamNextOffset\":\"000"));
+        drop(gone);
+        hub.publish(b"7,123\n");
+        assert_eq!(hub.subscribers.lock().unwrap().len(), 1);
+        let event = kept.rx.try_recv().expect("the published event");
+        let text = std::str::from_utf8(&event).unwrap();
+        assert!(
+            text.starts_with("event: data\ndata:7,123\n\nevent: control\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\"streamNextOffset\":\"00000000000000000006\""),
+            "{text}"
+        );
+        assert!(text.ends_with("\"upToDate\":true}\n\n"), "{text}");
     }
 }
