@@ -410,3 +410,20 @@ fn last_segment_truncated_mid_record_is_a_torn_tail() {
     assert_eq!(again.report.torn, None);
     assert_eq!(again.next_seq, 29);
 }
+
+/// The appender reuses one write buffer across batches: a small batch after
+/// a large one must still leave zeros after its end in its last block, not
+/// the larger batch's bytes (recovery reads zeros as the end of the data).
+#[test]
+fn a_small_batch_after_a_large_one_pads_its_block_with_zeros() {
+    let dir = TempDir::new("reused-buffer");
+    let (large, small) = (recs_of_len(1..4, 3 * BLOCK), recs_of_len(4..5, 100));
+    let spans = append(&dir.0, BIG, OpenAt::EMPTY, &[frame(&large), frame(&small)]);
+    let end = spans[1].1;
+    let to_block_end = BLOCK - (end.pos as usize % BLOCK);
+    let after = read_at(&dir.0, end, to_block_end);
+    assert!(after.iter().all(|&b| b == 0), "stale bytes after the data");
+    let (recovered, replayed) = recover_ok(&dir.0, BIG);
+    assert_eq!(recovered.end, Some(end));
+    assert_eq!(replayed, self::replayed(&[&large, &small]));
+}

@@ -41,7 +41,14 @@ pub struct Appender<S: Storage + 'static> {
     written_unsynced: bool,
     /// How long each data sync took, until `take_sync_times` (metrics).
     sync_times: Vec<Duration>,
+    /// The last batch's write buffer, reused by the next: allocating a
+    /// fresh zeroed, aligned buffer per commit made the allocator fault in
+    /// (and the kernel zero) new pages on the hot path.
+    buffer: Option<AlignedBuf>,
 }
+
+/// Write buffers up to this size are kept for the next batch.
+const KEEP_BUFFER_BYTES: usize = 4 << 20;
 
 /// Sync times kept for a caller that never takes them (re-sharding).
 const MAX_SYNC_TIMES: usize = 64;
@@ -87,6 +94,7 @@ impl<S: Storage + 'static> Appender<S> {
             dirty: scrub_to.map(|to| (block_start(end.pos), to.max(block_start(end.pos)))),
             written_unsynced: false,
             sync_times: Vec::new(),
+            buffer: None,
         };
         appender.scrub().await?;
         appender.prepare_spare();
@@ -164,14 +172,21 @@ impl<S: Storage + 'static> Appender<S> {
         }
         let landed = self.end();
         let start = block_start(self.write_pos);
-        let mut buf = AlignedBuf::with_capacity(self.tail.len() + records.len());
+        let mut buf = match self.buffer.take() {
+            Some(mut kept) => {
+                kept.clear();
+                kept
+            }
+            None => AlignedBuf::with_capacity(self.tail.len() + records.len()),
+        };
         buf.extend_from_slice(&self.tail);
         buf.extend_from_slice(records);
         let end = start + buf.len() as u64;
         let new_tail = buf.as_slice()[(block_start(end) - start) as usize..].to_vec();
         buf.pad_to_block();
         let written = start + buf.len() as u64;
-        let mut result = self.write_all(buf, start).await;
+        let (mut result, back) = self.write_all(buf, start).await;
+        self.buffer = back.filter(|b| b.capacity() <= KEEP_BUFFER_BYTES);
         if result.is_ok() {
             self.written_unsynced = true;
             if sync {
@@ -192,19 +207,25 @@ impl<S: Storage + 'static> Appender<S> {
         Ok(landed)
     }
 
-    async fn write_all(&self, mut buf: AlignedBuf, mut pos: u64) -> io::Result<()> {
+    /// Writes all of `buf` at `pos`; gives the buffer back for reuse.
+    async fn write_all(
+        &self,
+        mut buf: AlignedBuf,
+        mut pos: u64,
+    ) -> (io::Result<()>, Option<AlignedBuf>) {
         loop {
             let total = buf.len();
             let (result, back) = self.file.write_at(buf, pos).await;
-            let n = result?;
+            let n = match result {
+                Ok(n) => n,
+                Err(e) => return (Err(e), None),
+            };
             if n == total {
-                return Ok(());
+                return (Ok(()), Some(back));
             }
             if n == 0 || n % BLOCK != 0 {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    format!("short write: {n} of {total} bytes"),
-                ));
+                let short = format!("short write: {n} of {total} bytes");
+                return (Err(io::Error::new(io::ErrorKind::WriteZero, short)), None);
             }
             let mut rest = AlignedBuf::with_capacity(total - n);
             rest.extend_from_slice(&back.as_slice()[n..]);
@@ -247,7 +268,7 @@ impl<S: Storage + 'static> Appender<S> {
         let mut buf = AlignedBuf::with_capacity((to - from) as usize);
         buf.resize_zeroed((to - from) as usize);
         buf.as_mut_slice()[..self.tail.len()].copy_from_slice(&self.tail);
-        self.write_all(buf, from).await?;
+        self.write_all(buf, from).await.0?;
         self.sync_data().await?;
         self.dirty = None;
         self.written_unsynced = false;
