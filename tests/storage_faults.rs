@@ -321,6 +321,32 @@ fn io_fault_case(tag: &str, inject: fn(&FaultPlan)) {
     });
 }
 
+/// `--fsync always` opens segments write-through (O_DSYNC): a commit is
+/// durable when its write completes, so it issues no fdatasync — with every
+/// sync failing, commits still succeed; a write failure still fails them.
+#[test]
+fn write_through_segments_commit_without_fdatasync() {
+    let tmp = TempDir::new("write-through");
+    run(async {
+        let plan = FaultPlan::default();
+        let direct = DirectStorage::new(&tmp.0).unwrap().with_write_through(true);
+        let shard = start(
+            Rc::new(FaultyStorage::new(direct, plan.clone())),
+            BIG_SEGMENT,
+        )
+        .await;
+        plan.set_syncs(Fault::Eio);
+        let mut acked = vec![create(KEY), append(b"ab")];
+        commit(&shard, acked.clone()).await.unwrap();
+        commit(&shard, vec![append(&blob(2, 9000))]).await.unwrap();
+        acked.push(append(&blob(2, 9000)));
+        plan.set_writes(Fault::Eio);
+        let err = commit(&shard, vec![append(b"cd")]).await.unwrap_err();
+        assert_reply(&err, 503, "storage_unavailable");
+        assert_recovers(&tmp.0, BIG_SEGMENT, &acked).await;
+    });
+}
+
 #[test]
 fn eio_on_write_fails_the_append_and_loses_nothing() {
     io_fault_case("eio-write", |plan| plan.set_writes(Fault::Eio));

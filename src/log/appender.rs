@@ -188,7 +188,8 @@ impl<S: Storage + 'static> Appender<S> {
         let (mut result, back) = self.write_all(buf, start).await;
         self.buffer = back.filter(|b| b.capacity() <= KEEP_BUFFER_BYTES);
         if result.is_ok() {
-            self.written_unsynced = true;
+            // A write-through segment made the batch durable already.
+            self.written_unsynced = !self.file.write_through();
             if sync {
                 result = self.sync().await;
             }

@@ -56,8 +56,10 @@ async fn recover(
     config: &Config,
     dir: std::path::PathBuf,
 ) -> Result<(Recovered, Table, Registry, Rc<DirectStorage>), String> {
-    let storage =
-        Rc::new(DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?);
+    let storage = DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // `--fsync always`: each commit's write is itself durable (O_DSYNC).
+    let write_through = config.fsync == crate::config::FsyncPolicy::Always;
+    let storage = Rc::new(storage.with_write_through(write_through));
     let mut rebuild = Rebuild::default();
     let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
         replay(&mut rebuild, kind, payload, at)
