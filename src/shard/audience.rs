@@ -6,7 +6,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 
@@ -25,19 +25,22 @@ pub struct SharedStep {
 #[derive(Default)]
 pub struct Audience {
     pub signal: Rc<Signal>,
-    step: RefCell<Option<Rc<SharedStep>>>,
+    /// Weak: the step lives while some response is still writing it (a
+    /// burst), not until the next event, so an idle audience holds no chunk.
+    step: RefCell<Weak<SharedStep>>,
 }
 
 impl Audience {
-    /// The step rendered last, when it was rendered for `key`.
+    /// The step rendered last, when it was rendered for `key` and some
+    /// response is still writing it.
     pub fn step(&self, key: &StepKey) -> Option<Rc<SharedStep>> {
-        let step = self.step.borrow();
-        step.as_ref().filter(|s| s.key == *key).cloned()
+        let step = self.step.borrow().upgrade()?;
+        (step.key == *key).then_some(step)
     }
 
     pub fn share(&self, step: SharedStep) -> Rc<SharedStep> {
         let step = Rc::new(step);
-        *self.step.borrow_mut() = Some(step.clone());
+        *self.step.borrow_mut() = Rc::downgrade(&step);
         step
     }
 }
