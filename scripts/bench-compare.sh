@@ -227,37 +227,35 @@ def cpu(x):
     return f"{x['client_cpu_pct']:.0f} % | {srv}"
 def lat(l):
     return f"{l['p50']} | {l['p90']} | {l['p99']} | {l['p999']} | {l['max']}"
-rill = r["rill"]
+def table(columns, cells):
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in cells:
+        print("| " + " | ".join(row) + " |")
+def ratios(columns, figures):
+    rill = r["rill"]
+    table(["ratio"] + columns, ([f"rill/{n}"] + [ratio(f(rill), f(r[n])) for f in figures]
+                                for n in names[1:]))
+p50 = lambda x: x["latency_us"]["p50"]
+p99 = lambda x: x["latency_us"]["p99"]
+latency_columns = ["p50 µs", "p90 µs", "p99 µs", "p999 µs", "max µs"]
 if first["scenario"] == "fanout":
     print(f"\n{first['subscribers']} SSE subscribers, {first['rate']} events/s, "
           f"{first['duration_s']} s each; latency per delivery, publish to receive\n")
-    print("| server | delivered / expected | lost | dup | p50 µs | p90 µs | p99 µs | p999 µs | max µs | errors | client CPU | server CPU |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for n in names:
-        x = r[n]
-        print(f"| {n} | {x['deliveries_received']} / {x['deliveries_expected']} | {x['lost']} | "
-              f"{x['duplicated']} | {lat(x['latency_us'])} | {x['errors']} | {cpu(x)} |")
-    print("\n| ratio | p50 latency | p99 latency |")
-    print("|---|---|---|")
-    for n in names[1:]:
-        x = r[n]
-        print(f"| rill/{n} | {ratio(rill['latency_us']['p50'], x['latency_us']['p50'])} | "
-              f"{ratio(rill['latency_us']['p99'], x['latency_us']['p99'])} |")
+    table(["server", "delivered / expected", "lost", "dup"] + latency_columns
+          + ["errors", "client CPU", "server CPU"],
+          ([n, f"{x['deliveries_received']} / {x['deliveries_expected']}", f"{x['lost']}",
+            f"{x['duplicated']}", lat(x["latency_us"]), f"{x['errors']}", cpu(x)]
+           for n, x in r.items()))
+    print()
+    ratios(["p50 latency", "p99 latency"], [p50, p99])
     sys.exit(0)
 print(f"\n{first['streams']} streams x {first['payload_bytes']} B, "
       f"{first['connections']} connections, {first['duration_s']} s each\n")
-print("| server | appends/s | MB/s | p50 µs | p90 µs | p99 µs | p999 µs | max µs | errors | client CPU | server CPU |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
-for n in names:
-    x = r[n]
-    print(f"| {n} | {x['appends_per_s']:.0f} | {x['mb_per_s']:.2f} | {lat(x['latency_us'])} | "
-          f"{x['errors']} | {cpu(x)} |")
-print("\n| ratio | appends/s | p50 latency | p99 latency |")
-print("|---|---|---|---|")
-for n in names[1:]:
-    x = r[n]
-    print(f"| rill/{n} | {ratio(rill['appends_per_s'], x['appends_per_s'])} | "
-          f"{ratio(rill['latency_us']['p50'], x['latency_us']['p50'])} | "
-          f"{ratio(rill['latency_us']['p99'], x['latency_us']['p99'])} |")
+table(["server", "appends/s", "MB/s"] + latency_columns + ["errors", "client CPU", "server CPU"],
+      ([n, f"{x['appends_per_s']:.0f}", f"{x['mb_per_s']:.2f}", lat(x["latency_us"]),
+        f"{x['errors']}", cpu(x)] for n, x in r.items()))
+print()
+ratios(["appends/s", "p50 latency", "p99 latency"], [lambda x: x["appends_per_s"], p50, p99])
 PY
 echo "bench-compare.sh: results in $OUT"

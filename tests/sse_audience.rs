@@ -36,6 +36,13 @@ fn events_until(sse: &mut Sse, offset: &str) -> Vec<Event> {
     }
 }
 
+/// Every control event among `events` satisfies `holds`.
+fn assert_controls(events: &[Event], holds: impl Fn(&serde_json::Value) -> bool) {
+    for control in events.iter().filter(|e| e.name == "control") {
+        assert!(holds(&control.json()), "{}", control.data);
+    }
+}
+
 fn data_values(events: &[Event]) -> Vec<serde_json::Value> {
     let data = events.iter().filter(|e| e.name == "data");
     data.flat_map(|e| e.json().as_array().cloned().expect("a JSON array"))
@@ -91,43 +98,22 @@ fn each_response_gets_its_own_view_of_the_same_events() {
         .collect();
     let expected: Vec<_> = (0..7).zip(values(0..7)).collect();
     assert_eq!(records, expected);
-    for control in envelope_events.iter().filter(|e| e.name == "control") {
-        assert!(
-            control.json()["streamNextRecord"].is_u64(),
-            "{}",
-            control.data
-        );
-    }
+    assert_controls(&envelope_events, |c| c["streamNextRecord"].is_u64());
 
     let record_events = events_until(&mut by_record, &tail);
     assert_eq!(data_values(&record_events), values(0..7));
-    for control in record_events.iter().filter(|e| e.name == "control") {
-        assert!(
-            control.json()["streamNextRecord"].is_u64(),
-            "{}",
-            control.data
-        );
-    }
+    assert_controls(&record_events, |c| c["streamNextRecord"].is_u64());
 
     let jittered_events = events_until(&mut jittered, &tail);
     assert_eq!(data_values(&jittered_events), values(0..7));
-    for control in jittered_events.iter().filter(|e| e.name == "control") {
-        let cursor: u64 = control.json()["streamCursor"]
+    let past_ahead = |c: &serde_json::Value| {
+        let cursor = c["streamCursor"]
             .as_str()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or_else(|| panic!("a numeric cursor: {}", control.data));
-        assert!(
-            cursor > ahead.parse().unwrap(),
-            "past the client's cursor: {cursor}"
-        );
-    }
-    for control in plain_events.iter().filter(|e| e.name == "control") {
-        assert!(
-            control.json().get("streamNextRecord").is_none(),
-            "{}",
-            control.data
-        );
-    }
+            .and_then(|c| c.parse::<u64>().ok());
+        cursor.is_some_and(|cursor| cursor > ahead.parse().unwrap())
+    };
+    assert_controls(&jittered_events, past_ahead);
+    assert_controls(&plain_events, |c| c.get("streamNextRecord").is_none());
 
     let late_events = events_until(&mut late, &tail);
     assert_eq!(
