@@ -2,7 +2,8 @@
 //! (§5.6) waiting on the stream's signal up to the configured timeout, and
 //! SSE (§5.7) streaming events as chunks until the stream closes or the
 //! ~60 s cycle ends. Bytes are fetched (cache or log) before the protocol
-//! renders them.
+//! renders them; an SSE event is fetched and rendered once per audience
+//! position and shared (`super::audience`).
 
 use std::rc::Rc;
 use std::time::{Duration, Instant};
