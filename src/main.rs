@@ -120,7 +120,23 @@ fn open_data_dir(config: &Config) -> Result<DataDir, String> {
     Ok(data)
 }
 
+/// Opts this process out of transparent huge pages. With the kernel's THP
+/// in `always` mode, each first touch of a fresh 2 MiB region of the heap
+/// faults in and zeroes a whole huge page; the commit path's small buffers
+/// made that ~4 % of a loaded shard's samples (`clear_page_erms`), ~0.2 %
+/// without (perf/RESULTS.md, 2026-11-30 session 3). Best effort.
+fn disable_transparent_huge_pages() {
+    // SAFETY: PR_SET_THP_DISABLE only sets a flag on this process's memory
+    // map; the unused arguments must be zero.
+    let result = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+    if result != 0 {
+        let error = std::io::Error::last_os_error();
+        rill::warn!("prctl(PR_SET_THP_DISABLE): {error}");
+    }
+}
+
 fn serve(config: Config) -> ExitCode {
+    disable_transparent_huge_pages();
     let signals = block_stop_signals();
     let data = match open_data_dir(&config) {
         Ok(data) => data,
