@@ -258,6 +258,13 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
         .status,
         410
     );
+    // Every offset before the retained one is gone, message boundary or not.
+    let snapshot_inside = format!("{path}/snapshot/{inside}");
+    assert_eq!(
+        req(s.addr, "PUT", &snapshot_inside, &[], b"old").status,
+        410
+    );
+    assert_eq!(retain(&inside), 409, "backward, inside a message");
     let from_start = req(s.addr, "GET", &path, &[], b"");
     assert_eq!(from_start.body, b"{\"op\":2}\n");
     assert_eq!(

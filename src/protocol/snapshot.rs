@@ -54,16 +54,18 @@ pub fn decide_publish(
             "snapshot offset is beyond the committed tail",
         ));
     }
-    if !stream.is_boundary(at) {
-        return Err(bad_request(
-            "snapshot offset is not on a committed message boundary",
-        ));
-    }
+    // Before the boundary check: offsets retention removed are no longer
+    // known boundaries, and §2.2 answers every one of them 410.
     if at < stream.retained {
         return Err(Response::error(
             410,
             "offset_gone",
             "the snapshot offset is before the earliest retained offset",
+        ));
+    }
+    if !stream.is_boundary(at) {
+        return Err(bad_request(
+            "snapshot offset is not on a committed message boundary",
         ));
     }
     if req.body.len() > limit {
@@ -182,15 +184,15 @@ pub fn decide_retention(
             "the retention offset is beyond the committed tail",
         ));
     }
-    if !stream.is_boundary(at) {
-        return Err(bad_request(
-            "the retention offset is not on a committed message boundary",
-        ));
-    }
     if at < stream.retained {
         return Err(conflict(
             "retention_backward",
             "retention cannot move backward",
+        ));
+    }
+    if !stream.is_boundary(at) {
+        return Err(bad_request(
+            "the retention offset is not on a committed message boundary",
         ));
     }
     if stream.snapshot.as_ref().is_none_or(|s| at > s.offset) {
