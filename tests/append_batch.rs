@@ -96,6 +96,11 @@ fn frame_level_failures_are_reported_inside_the_array() {
         .collect();
     assert_eq!(statuses, [204, 400, 204, 400]);
     assert!(acks[1]["error_code"].is_string() && acks[1]["error"].is_string());
+    // §4.3: `error` is a human-readable detail, not an embedded JSON body.
+    for failed in [&acks[1], &acks[3]] {
+        let detail = failed["error"].as_str().unwrap();
+        assert!(!detail.is_empty() && !detail.starts_with('{'), "{detail}");
+    }
     let read = req(s.addr, "GET", &format!("/{BUCKET}/events"), &[], b"");
     assert_eq!(read.body, b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
 }

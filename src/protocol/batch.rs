@@ -111,6 +111,17 @@ pub fn frames(mut body: &[u8]) -> Result<Vec<&[u8]>, Response> {
     Ok(frames)
 }
 
+/// The human-readable message of an error reply (§4.3 `error`), not its
+/// whole JSON body.
+fn error_message(reply: &Response) -> String {
+    let body: Option<serde_json::Value> = serde_json::from_slice(&reply.body).ok();
+    let message = body.as_ref().and_then(|b| b["error"]["message"].as_str());
+    match message {
+        Some(message) => message.to_string(),
+        None => String::from_utf8_lossy(&reply.body).into_owned(),
+    }
+}
+
 /// One frame against the head state: the append to commit, or its failure.
 pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Result<Command, Ack> {
     if stream.closed {
@@ -127,7 +138,7 @@ pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Re
     let data = canonical(stream, frame).map_err(|reply| Ack::Failed {
         status: reply.status,
         code: "invalid_json",
-        message: String::from_utf8_lossy(&reply.body).into_owned(),
+        message: error_message(&reply),
         next: None,
         closed: false,
     })?;
