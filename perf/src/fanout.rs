@@ -12,19 +12,16 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, StatusCode};
 use serde::Serialize;
 use tokio::sync::{Semaphore, SemaphorePermit, watch};
 use tokio::task::JoinHandle;
 
 use crate::Api;
-use crate::client::{self, Error, Target};
+use crate::client::{Error, Target};
 use crate::limits;
 use crate::live::{self, Counts, Tracker};
 use crate::sse::{self, Control, Item};
+use crate::sse_conn::SseConn;
 use crate::stats::{self, Latency};
 use crate::writer::Pace;
 
@@ -385,10 +382,10 @@ async fn subscriber(
 /// Reads responses one after another; returns when the stream closes.
 async fn follow(shared: &Shared, hist: usize, sub: &mut Sub) {
     let mut permit = Some(shared.gate.acquire().await.expect("gate never closes"));
-    let mut sender = None;
+    let mut conn = None;
     let mut failures = 0u32;
     loop {
-        match response(shared, hist, sub, &mut sender, &mut permit).await {
+        match response(shared, hist, sub, &mut conn, &mut permit).await {
             Ok(()) if sub.sink.closed => return,
             Ok(()) => {
                 sub.reconnects += 1;
@@ -396,7 +393,7 @@ async fn follow(shared: &Shared, hist: usize, sub: &mut Sub) {
             }
             Err(e) => {
                 live::count(&mut sub.errors, e.to_string());
-                sender = None;
+                conn = None;
                 failures += 1;
                 let backoff = 10 * u64::from(failures.min(100));
                 tokio::time::sleep(Duration::from_millis(backoff)).await;
@@ -410,36 +407,26 @@ async fn response(
     shared: &Shared,
     hist: usize,
     sub: &mut Sub,
-    sender: &mut Option<SendRequest<Full<Bytes>>>,
+    conn: &mut Option<SseConn>,
     permit: &mut Option<SemaphorePermit<'_>>,
 ) -> Result<(), Error> {
-    if sender.as_ref().is_none_or(|s| s.is_closed()) {
-        *sender = Some(
-            client::open(&shared.target)
-                .await
-                .map_err(|e| format!("connect: {e}"))?,
-        );
+    if conn.as_ref().is_none_or(|c| !c.reusable) {
+        let opened = SseConn::open(&shared.target).await;
+        *conn = Some(opened.map_err(|e| format!("connect: {e}"))?);
     }
-    let s = sender.as_mut().expect("opened above");
-    s.ready().await?;
-    let request = client::request(&shared.target, Method::GET, &sub.url(&shared.path))
-        .body(Full::new(Bytes::new()))?;
-    let response = s.send_request(request).await?;
-    if response.status() != StatusCode::OK {
-        return Err(format!("http {}", response.status()).into());
+    let c = conn.as_mut().expect("opened above");
+    let status = c.get(&shared.target, &sub.url(&shared.path)).await?;
+    if status != 200 {
+        return Err(format!("http {status}").into());
     }
     sub.parser = sse::Parser::default();
-    let mut body = response.into_body();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(|e| format!("body: {e}"))?.into_data() else {
-            continue;
-        };
-        sub.feed(shared, hist, &data);
+    c.body(|data| {
+        sub.feed(shared, hist, data);
         if sub.sink.announced && permit.take().is_some() {
             shared.ready.fetch_add(1, Ordering::Relaxed);
         }
-    }
-    Ok(())
+    })
+    .await
 }
 
 fn print_table(r: &Report, append_errors: &BTreeMap<String, u64>) {

@@ -15,6 +15,7 @@ mod multipart;
 mod null_server;
 mod output;
 mod sse;
+mod sse_conn;
 mod stats;
 mod writer;
 
