@@ -89,7 +89,10 @@ impl Default for Config {
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             long_poll_timeout_ms: 30_000,
             sse_cycle_ms: 60_000,
-            max_head_bytes: 16 << 10,
+            // Room for a full-size (16 KiB) Stream-Attrs header besides the
+            // usual ones (extensions §5.1): a larger attribute document gets
+            // the 400 the spec names rather than 431.
+            max_head_bytes: 32 << 10,
             max_headers: 100,
             max_body_bytes: 32 << 20,
             idle_timeout_ms: 60_000,
@@ -122,7 +125,7 @@ OPTIONS:
     --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413 [default: 33554432]
-    --max-head-bytes N          largest request head; larger gets 431 [default: 16384]
+    --max-head-bytes N          largest request head; larger gets 431 [default: 32768]
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close, stalled requests get 408 [default: 60000]
     --fsync POLICY              always: acknowledge after fdatasync; interval:MS: acknowledge

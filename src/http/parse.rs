@@ -22,7 +22,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_head_bytes: 16 * 1024,
+            max_head_bytes: 32 * 1024,
             max_headers: 100,
             max_body_bytes: 64 * 1024 * 1024,
         }
