@@ -182,11 +182,9 @@ fn other_core_counts_reshard_and_keep_every_stream() {
             _ => s.kill(),
         }
         s.restart_with(&["--cores", cores]);
-        assert!(
-            s.stderr().contains(&format!("shards={cores}")),
-            "{}",
-            s.stderr()
-        );
+        let listening = format!("shards={cores}");
+        let stderr = s.stderr_once_it_says(&listening);
+        assert!(stderr.contains(&listening), "{stderr}");
         assert_eq!(
             req(s.addr, "GET", "/shards", &[], b"").status,
             200,

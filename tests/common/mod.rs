@@ -188,6 +188,20 @@ impl Server {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
     }
 
+    /// Waits (up to [`START_TIMEOUT`]) until stderr contains `needle`; its
+    /// stderr then. A shard answers as soon as it has recovered, so a log
+    /// line written once every shard has may come after the first answer.
+    pub fn stderr_once_it_says(&self, needle: &str) -> String {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let text = self.stderr();
+            if text.contains(needle) || Instant::now() >= deadline {
+                return text;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// `http://127.0.0.1:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
