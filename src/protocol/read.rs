@@ -47,6 +47,7 @@ pub fn decide(req: &Request, table: &Table) -> Action {
 fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let record_start = records::parse(req)?;
     let (param, mode) = parse_params(req, record_start.is_some())?;
+    check_consistency(req, mode)?;
     let stream = table
         .get_visible(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
@@ -98,6 +99,29 @@ fn parse_params(req: &Request, record_start: bool) -> Result<(OffsetParam, LiveM
         return Err(bad_request("live reads require an offset"));
     }
     Ok((param.unwrap_or(OffsetParam::Start), mode))
+}
+
+/// `consistency` on the bucketed surface (the extensions' base, §5.6):
+/// `local` (the default) or `leader`, once; `leader` is for catch-up reads
+/// only. One node serves both alike: its applied state is the leader's.
+/// The v1 surface ignores it like any unknown parameter.
+fn check_consistency(req: &Request, mode: LiveMode) -> Result<(), Response> {
+    if req.surface != Surface::Bucket {
+        return Ok(());
+    }
+    let mut values = req.head.query.iter().filter(|(k, _)| k == "consistency");
+    let value = match (values.next(), values.next()) {
+        (None, _) => return Ok(()),
+        (Some((_, v)), None) => v.as_str(),
+        (Some(_), Some(_)) => return Err(bad_request("consistency must be given at most once")),
+    };
+    match (value, mode) {
+        ("local", _) | ("leader", LiveMode::CatchUp) => Ok(()),
+        ("leader", _) => Err(bad_request(
+            "consistency=leader cannot be combined with a live read",
+        )),
+        _ => Err(bad_request("consistency must be local or leader")),
+    }
 }
 
 /// `max_bytes` on the bucketed surface (the extensions' base, §7.1): one

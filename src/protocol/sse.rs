@@ -4,7 +4,9 @@
 //! Wire shape: `event: data\ndata:<line>\n...\n\n` then
 //! `event: control\ndata:{...}\n\n`. Every data event is followed by a
 //! control event; only the last control of a batch says `upToDate`, and the
-//! final one of a closed stream says `streamClosed` without a cursor.
+//! final one of a closed stream says `streamClosed` and `upToDate` without a
+//! cursor. On the bucketed surface `stream-data-content-type` names every
+//! data payload's type (NDJSON for JSON streams, else the stream's type).
 //! Record-aware reads (extensions §6.9) send whole records, add
 //! `streamFirstRecord`/`streamNextRecord` to every control event, and with
 //! `record_view=envelope` one envelope object per data event.
@@ -61,9 +63,13 @@ pub struct SseStep {
 
 pub fn head(stream: &Stream, plan: &ReadPlan) -> Response {
     let envelope = plan.records.is_some_and(|v| v.envelope);
-    let data_type = match envelope {
-        true => Some(records::ENVELOPE_EVENT),
-        false => (stream.json && plan.surface == Surface::Bucket).then_some("application/x-ndjson"),
+    // The bucketed dialect names every data payload's type (its base §5.8:
+    // NDJSON for JSON streams, otherwise the configured content type).
+    let data_type = match (envelope, plan.surface) {
+        (true, _) => Some(records::ENVELOPE_EVENT),
+        (false, Surface::Bucket) if stream.json => Some("application/x-ndjson"),
+        (false, Surface::Bucket) => Some(stream.content_type.as_str()),
+        (false, _) => None,
     };
     let reply = Response::new(200)
         .header("content-type", "text/event-stream")
@@ -242,7 +248,7 @@ impl SseCursor {
 
     fn write_closed(&self, out: &mut Vec<u8>, stream: &Stream, at: u64) {
         let json = format!(
-            "{{\"streamNextOffset\":\"{}\"{},\"streamClosed\":true}}",
+            "{{\"streamNextOffset\":\"{}\"{},\"upToDate\":true,\"streamClosed\":true}}",
             offset::format(at),
             self.record_fields(stream, at),
         );
