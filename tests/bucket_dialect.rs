@@ -2,7 +2,8 @@
 //! mirrors, which the extensions build on) asks more than the upstream one:
 //! `stream-data-content-type` on every SSE response (its §5.8), the
 //! `consistency` read parameter (its §5.6); and, on both surfaces, the
-//! final SSE control event of a closed stream saying `upToDate` too.
+//! final SSE control event of a closed stream saying `upToDate` too, and
+//! the connection closing after it when the stream was closed at the start.
 
 mod common;
 
@@ -104,6 +105,12 @@ fn a_closed_stream_ends_sse_with_up_to_date_and_closed() {
             };
             assert_eq!(control["streamClosed"], true, "{path} {offset}: {control}");
             assert_eq!(control["upToDate"], true, "{path} {offset}: {control}");
+            assert!(sse.next(WAIT).is_none(), "the response ends after it");
+            if offset == "now" {
+                // Closed at the client's offset: then the connection closes.
+                assert_eq!(sse.head.header("connection"), Some("close"));
+                assert!(sse.server_closes(WAIT), "{path}: connection left open");
+            }
         }
     }
 }

@@ -150,14 +150,17 @@ async fn poll_data(
 }
 
 async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
-    let head = shard
-        .table
-        .borrow()
-        .get_visible(&plan.key)
-        .map(|stream| read::sse_head(stream, &plan));
-    let Some(head) = head else {
+    let head = shard.table.borrow().get_visible(&plan.key).map(|stream| {
+        let ended = stream.is_closed() && plan.start >= stream.tail();
+        (read::sse_head(stream, &plan), ended)
+    });
+    let Some((head, ended)) = head else {
         return respond(shard, socket, not_found("stream not found"), keep, false).await;
     };
+    // A stream already closed at the client's offset gets its final control
+    // event and then the connection closes (PROTOCOL.md §5.7: "MUST then
+    // close the connection"), announced by `Connection: close`.
+    let keep = keep && !ended;
     responding(shard, socket, head.status);
     let mut out = Vec::new();
     render::encode(&head, Framing::Chunked, keep, false, &mut out);

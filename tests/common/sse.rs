@@ -169,6 +169,15 @@ impl Sse {
         }
     }
 
+    /// After the response ended: whether the server closes the connection
+    /// (end of file, nothing more) within `timeout`.
+    pub fn server_closes(&mut self, timeout: Duration) -> bool {
+        assert!(self.ended, "the response has not ended");
+        self.sock.set_read_timeout(Some(timeout)).unwrap();
+        let mut tmp = [0u8; 64];
+        matches!(self.sock.read(&mut tmp), Ok(0)) && self.raw.is_empty()
+    }
+
     /// Sends raw `request` bytes on the same connection (the SSE response
     /// having ended) and returns what comes back, undecoded, once it ends
     /// with `suffix`.
