@@ -354,14 +354,15 @@ fn deduplicated_producer_retry_returns_its_original_range() {
     for path in both("producer") {
         create(&s, &path, b"");
         let first = br#"[{"p":0},{"p":1}]"#;
-        assert_eq!(
-            acked(&producer_post(&s, &path, "w", 0, first), "seq 0"),
-            (0, 2)
-        );
+        let original = producer_post(&s, &path, "w", 0, first);
+        assert_eq!(acked(&original, "seq 0"), (0, 2));
         assert_eq!(append_range(&s, &path, b"[10,11,12]"), (2, 5));
         let retry = producer_post(&s, &path, "w", 0, first);
         assert_eq!(retry.status, 204, "a duplicate is 204: {}", retry.text());
         assert_eq!(acked(&retry, "retry of seq 0"), (0, 2));
+        // PROTOCOL.md §5.2.1 (the extensions' base): "the exact original
+        // byte and record ranges", so the original's Stream-Next-Offset.
+        assert_eq!(next_offset(&retry), next_offset(&original), "{path}");
         assert_eq!(first_next(&s, &path), (0, 5), "the retry appended nothing");
         let second = br#"{"p":2}"#;
         assert_eq!(

@@ -133,11 +133,7 @@ fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     match decide_producer(stream.producers.get(&p.id), p.epoch, p.seq) {
         ProducerDecision::Accept => Ok(()),
         ProducerDecision::Duplicate { last_seq } => {
-            let reply = with_producer(
-                Response::new(204).header("stream-next-offset", offset::format(stream.head_tail())),
-                Some(p),
-                Some(last_seq),
-            );
+            let reply = with_producer(Response::new(204), Some(p), Some(last_seq));
             Err(duplicate_ack(stream, p, reply))
         }
         ProducerDecision::StaleEpoch { current } => Err(Response::error(
@@ -157,22 +153,26 @@ fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     }
 }
 
-/// §6.3: a deduplicated retry answers the record range of the original
-/// append while the producer's recent writes still hold it; otherwise (a
-/// long-past sequence, or a write that created no records) the record tail
-/// for both.
+/// A deduplicated retry answers the original append's ranges while the
+/// producer's recent writes still hold it (PROTOCOL.md §5.2.1 as the
+/// extensions' base words it: "the exact original byte and record
+/// ranges"): `Stream-Next-Offset` where the original ended, and (§6.3) its
+/// record range. Otherwise (a long-past sequence, or a write that created
+/// no records) the current tail and the record tail for both.
 fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
-    let tail = stream.messages.next();
     let original = stream
         .producers
         .get(&p.id)
         .filter(|s| s.epoch == p.epoch)
-        .and_then(|s| s.recent.range_of(p.seq))
-        .and_then(|(start, end)| {
-            let ordinal = |at| stream.messages.ordinal_at(at);
-            Some((ordinal(start)?, ordinal(end)?))
-        });
-    let (start, next) = original.unwrap_or((tail, tail));
+        .and_then(|s| s.recent.range_of(p.seq));
+    let next_offset = original.map_or(stream.head_tail(), |(_, end)| end);
+    let reply = reply.header("stream-next-offset", offset::format(next_offset));
+    let tail = stream.messages.next();
+    let ordinals = original.and_then(|(start, end)| {
+        let ordinal = |at| stream.messages.ordinal_at(at);
+        Some((ordinal(start)?, ordinal(end)?))
+    });
+    let (start, next) = ordinals.unwrap_or((tail, tail));
     records::ack(stream, reply, start, next)
 }
 
