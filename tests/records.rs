@@ -492,10 +492,25 @@ fn record_match_mismatch_is_412_with_the_tail_and_appends_nothing() {
             );
             assert_token(&r, "412");
         }
+        // A close-only POST holds the writer to the same precondition.
+        let close = [("Stream-Closed", "true"), ("Stream-Record-Match", "7")];
+        let r = post_with(&s, &path, &close, b"");
+        assert_eq!(r.status, 412, "close-only with a stale match: {}", r.text());
+        assert_eq!(num(&r, "stream-record-next"), 3);
         let after = head(&s, &path);
+        assert!(
+            after.header("stream-closed").is_none(),
+            "the close did not happen"
+        );
         assert_eq!(num(&after, "stream-record-next"), 3);
         assert_eq!(next_offset(&after), next_offset(&before));
         assert_eq!(get(&s, &path, "offset=-1").body, before_body);
+        let close = [("Stream-Closed", "true"), ("Stream-Record-Match", "3")];
+        assert_eq!(
+            post_with(&s, &path, &close, b"").status,
+            204,
+            "a matching close"
+        );
     }
 }
 

@@ -214,6 +214,8 @@ fn close_only(
     if let Some(p) = &producer {
         check_producer(stream, p)?;
     }
+    // §6.4: the writer's expected record tail holds for a close too.
+    records::check_match(req, stream)?;
     let reply = with_producer(Response::new(204), producer.as_ref(), None)
         .header("stream-next-offset", tail)
         .header("stream-closed", "true");
