@@ -164,6 +164,32 @@ fn open_sse(s: &Server, path: &str, query: &str) -> Sse {
 }
 
 #[test]
+fn sse_max_records_bounds_every_data_event() {
+    // §6.6: "max_records limits the number of complete records returned";
+    // on SSE, per data event (one event per window, like max_bytes).
+    let s = start();
+    for path in both("sse-max") {
+        five(&s, &path);
+        let mut sse = open_sse(&s, &path, "record=0&live=sse&max_records=2");
+        let mut got = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        while got.len() < 5 {
+            let e = sse.event(deadline.saturating_duration_since(Instant::now()));
+            if e.name == "data" {
+                let batch = data_values(&e);
+                assert!(
+                    (1..=2).contains(&batch.len()),
+                    "{path}: {} records",
+                    batch.len()
+                );
+                got.extend(batch);
+            }
+        }
+        assert_eq!(got, values(0..5), "{path}");
+    }
+}
+
+#[test]
 fn sse_controls_carry_record_coordinates() {
     let s = start();
     for path in both("sse") {

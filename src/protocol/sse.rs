@@ -108,7 +108,13 @@ impl SseCursor {
             .min(MAX_EVENT_BYTES);
         let cut = match self.plan.records {
             Some(view) => {
-                let max = view.envelope.then_some(1);
+                // One envelope per event (§6.9); otherwise at most
+                // `max_records` complete records per data event (§6.6).
+                let max = if view.envelope {
+                    Some(1)
+                } else {
+                    view.max_records
+                };
                 window::plan_records(stream, self.next, budget, max)
             }
             None => window::plan(stream, self.plan.surface, self.next, budget),
