@@ -58,6 +58,19 @@ impl<'a> Request<'a> {
             jitter_seed: 0,
         }
     }
+
+    /// The one value of query parameter `name`, if given (twice is a 400).
+    pub fn query_once(&self, name: &str) -> Result<Option<&'a str>, Response> {
+        let head: &'a RequestHead = self.head;
+        let mut values = head.query.iter().filter(|(k, _)| k == name);
+        let first = values.next().map(|(_, v)| v.as_str());
+        match values.next() {
+            Some(_) => Err(response::bad_request(&format!(
+                "{name} must be given at most once"
+            ))),
+            None => Ok(first),
+        }
+    }
 }
 
 /// What the shard must do for a request.

@@ -77,17 +77,9 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 /// `offset`: at most once, never empty, `-1`, `now` or a token; `live`:
 /// `long-poll` or `sse`, which require an offset or a record start.
 fn parse_params(req: &Request, record_start: bool) -> Result<(OffsetParam, LiveMode), Response> {
-    let offsets: Vec<&str> = req
-        .head
-        .query
-        .iter()
-        .filter(|(k, _)| k == "offset")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    let param = match offsets.as_slice() {
-        [] => None,
-        [one] => Some(offset::parse_param(one).ok_or_else(|| bad_request("malformed offset"))?),
-        _ => return Err(bad_request("offset must be given at most once")),
+    let param = match req.query_once("offset")? {
+        None => None,
+        Some(one) => Some(offset::parse_param(one).ok_or_else(|| bad_request("malformed offset"))?),
     };
     let mode = match req.head.query_param("live") {
         None => LiveMode::CatchUp,
@@ -109,11 +101,8 @@ fn check_consistency(req: &Request, mode: LiveMode) -> Result<(), Response> {
     if req.surface != Surface::Bucket {
         return Ok(());
     }
-    let mut values = req.head.query.iter().filter(|(k, _)| k == "consistency");
-    let value = match (values.next(), values.next()) {
-        (None, _) => return Ok(()),
-        (Some((_, v)), None) => v.as_str(),
-        (Some(_), Some(_)) => return Err(bad_request("consistency must be given at most once")),
+    let Some(value) = req.query_once("consistency")? else {
+        return Ok(());
     };
     match (value, mode) {
         ("local", _) | ("leader", LiveMode::CatchUp) => Ok(()),
@@ -130,20 +119,11 @@ fn max_bytes(req: &Request) -> Result<Option<u64>, Response> {
     if req.surface != Surface::Bucket {
         return Ok(None);
     }
-    let values: Vec<&str> = req
-        .head
-        .query
-        .iter()
-        .filter(|(k, _)| k == "max_bytes")
-        .map(|(_, v)| v.as_str())
-        .collect();
-    match values.as_slice() {
-        [] => Ok(None),
-        [one] if !one.starts_with('0') => one
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| bad_request("max_bytes must be a positive integer")),
-        _ => Err(bad_request("max_bytes must be one positive integer")),
+    let positive = || bad_request("max_bytes must be a positive integer");
+    match req.query_once("max_bytes")? {
+        None => Ok(None),
+        Some(one) if !one.starts_with('0') => one.parse::<u64>().map(Some).map_err(|_| positive()),
+        Some(_) => Err(positive()),
     }
 }
 

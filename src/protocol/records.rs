@@ -105,16 +105,6 @@ pub struct RecordView {
     pub envelope: bool,
 }
 
-/// The one value of query parameter `name`, if given (twice is a 400).
-fn single<'a>(req: &'a Request, name: &str) -> Result<Option<&'a str>, Response> {
-    let mut values = req.head.query.iter().filter(|(k, _)| k == name);
-    let first = values.next().map(|(_, v)| v.as_str());
-    match values.next() {
-        Some(_) => Err(bad_request(&format!("{name} must be given at most once"))),
-        None => Ok(first),
-    }
-}
-
 /// A non-negative decimal integer; one too big for u64 saturates (it is
 /// past any tail, which the caller reports).
 fn ordinal(name: &str, text: &str) -> Result<u64, Response> {
@@ -129,10 +119,10 @@ fn ordinal(name: &str, text: &str) -> Result<u64, Response> {
 /// Parses §6.6/§6.8 parameters: `None` for an ordinary read. Every rule
 /// that does not need the stream is checked here.
 pub fn parse(req: &Request) -> Result<Option<(RecordStart, RecordView)>, Response> {
-    let record = single(req, "record")?;
-    let tail = single(req, "tail_records")?;
-    let max = single(req, "max_records")?;
-    let view = single(req, "record_view")?;
+    let record = req.query_once("record")?;
+    let tail = req.query_once("tail_records")?;
+    let max = req.query_once("max_records")?;
+    let view = req.query_once("record_view")?;
     let start = match (record, tail) {
         (Some(_), Some(_)) => {
             return Err(bad_request("record and tail_records are exclusive"));
@@ -222,7 +212,7 @@ pub fn resolve(stream: &Stream, start: RecordStart) -> Result<u64, Response> {
 /// `?record=R` of snapshot publish and retention (§2.2): the boundary where
 /// record `R` starts, with the same 410/400 rules as reads.
 pub fn operation_offset(req: &Request, stream: &Stream) -> Result<u64, Response> {
-    match single(req, "record")? {
+    match req.query_once("record")? {
         Some(text) => resolve(stream, RecordStart::At(ordinal("record", text)?)),
         None => Err(bad_request(
             "an offset path segment or ?record= is required",
