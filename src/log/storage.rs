@@ -218,23 +218,19 @@ impl DirectStorage {
         &self.dir
     }
 
-    fn open_options(&self, write_through: bool) -> std::fs::OpenOptions {
+    /// Opens `path` read-write (O_DIRECT when supported, O_DSYNC when
+    /// `write_through`); `create` creates or truncates it.
+    fn open_file(&self, path: &Path, write_through: bool, create: bool) -> io::Result<DirectFile> {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut opts = std::fs::OpenOptions::new();
-        opts.read(true).write(true);
         let direct = if self.direct { libc::O_DIRECT } else { 0 };
         let dsync = if write_through { libc::O_DSYNC } else { 0 };
-        opts.custom_flags(direct | dsync);
-        opts
-    }
-
-    fn open_with(
-        &self,
-        write_through: bool,
-        opts: std::fs::OpenOptions,
-        path: &Path,
-    ) -> io::Result<DirectFile> {
-        let std_file = opts.open(path)?;
+        let std_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(create)
+            .custom_flags(direct | dsync)
+            .open(path)?;
         Ok(DirectFile {
             file: monoio::fs::File::from_std(std_file)?,
             write_through,
@@ -342,14 +338,11 @@ impl Storage for DirectStorage {
     }
 
     async fn open(&self, index: u64) -> io::Result<DirectFile> {
-        let on = self.write_through;
-        self.open_with(on, self.open_options(on), &self.path(index))
+        self.open_file(&self.path(index), self.write_through, false)
     }
 
     async fn create_tmp(&self, index: u64) -> io::Result<DirectFile> {
-        let mut opts = self.open_options(false);
-        opts.create(true).truncate(true);
-        let file = self.open_with(false, opts, &self.dir.join(tmp_name(index)))?;
+        let file = self.open_file(&self.dir.join(tmp_name(index)), false, true)?;
         self.tmp_in_flight.borrow_mut().insert(index);
         Ok(file)
     }
