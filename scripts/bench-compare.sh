@@ -25,6 +25,13 @@
 #   BENCH_BIN       use this rill-bench binary instead of building it
 #   REFERENCE_DIR   npm cache dir for @durable-streams/server@0.3.7
 #                   (default ~/.cache/rill-bench/reference-0.3.7)
+#   URSULA_BIN      also run the scenario against this `ursula` binary (crates.io
+#                   `ursula`): one node, disk WAL on a fresh temp dir with
+#                   `raft.wal.fsync = "always"` (a one-voter Raft group per
+#                   core), --cores cores, bucket API, logging at warn
+#   DSS_BIN         also run it against this `durable-streams-server` binary
+#                   (crates.io): storage mode `file-durable` on a fresh temp dir,
+#                   its payload capacity limits raised above the workload
 #   OTHER_SERVERS   extra servers, already running, to run the scenario
 #                   against with --api v1: space-separated NAME=URL pairs,
 #                   e.g. OTHER_SERVERS="caddy=http://127.0.0.1:8080". They
@@ -144,11 +151,25 @@ wait_port() {
   return 1
 }
 
-# bench NAME URL [PID]: the scenario against URL, JSON to $OUT/NAME.json.
+# wait_creates URL: until a bucket and a stream in it can be created (30 s):
+# a node that listens may still be electing its groups' leaders.
+wait_creates() {
+  for _ in $(seq 300); do
+    kill -0 "$SERVER_PID" 2>/dev/null || return 1
+    if curl -sf -o /dev/null -X PUT "$1/bench-ready" &&
+      curl -sf -o /dev/null -X PUT -H 'content-type: text/plain' "$1/bench-ready/probe"; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  return 1
+}
+
+# bench NAME URL [PID [API]]: the scenario against URL, JSON to $OUT/NAME.json.
 bench() {
-  local name="$1" url="$2" pid="${3:-}"
-  echo "==> $SCENARIO against $name ($url)"
-  local common=(--url "$url" --api v1 --duration "$DURATION" --label "$name"
+  local name="$1" url="$2" pid="${3:-}" api="${4:-v1}"
+  echo "==> $SCENARIO against $name ($url, --api $api)"
+  local common=(--url "$url" --api "$api" --duration "$DURATION" --label "$name"
     --json "$OUT/$name.json" ${pid:+--server-pid "$pid"})
   case "$SCENARIO" in
   append)
@@ -205,6 +226,50 @@ wait_port "$PORT" || {
 bench null "http://127.0.0.1:$PORT" "$SERVER_PID"
 NAMES+=(null)
 stop_server
+
+# ---- peers built from crates.io, when their binaries are given ------------------------------
+if [ -n "${URSULA_BIN:-}" ]; then
+  PORT="$(free_port)"
+  mkdir -p "$WORK/data/ursula"
+  cat >"$WORK/ursula.toml" <<EOF
+[server]
+listen = "127.0.0.1:$PORT"
+admin_listen = "127.0.0.1:$(free_port)"
+cluster_id = "bench-compare"
+[runtime]
+core_count = $CORES
+[raft]
+node_id = 1
+[[raft.peers]]
+node_id = 1
+url = "http://127.0.0.1:$PORT"
+[raft.wal]
+path = "$WORK/data/ursula"
+fsync = "always"
+EOF
+  RUST_LOG=warn start ursula "$URSULA_BIN" server --config "$WORK/ursula.toml"
+  wait_port "$PORT" && wait_creates "http://127.0.0.1:$PORT" || {
+    tail -n 20 "$OUT/ursula.log" >&2
+    die "ursula did not start"
+  }
+  bench ursula "http://127.0.0.1:$PORT" "$SERVER_PID" bucket
+  NAMES+=(ursula)
+  stop_server
+fi
+if [ -n "${DSS_BIN:-}" ]; then
+  PORT="$(free_port)"
+  DS_SERVER__BIND_ADDRESS="127.0.0.1:$PORT" DS_STORAGE__MODE=file-durable \
+    DS_STORAGE__DATA_DIR="$WORK/data/dss" DS_OBSERVABILITY__RUST_LOG=warn \
+    DS_LIMITS__MAX_MEMORY_BYTES=$((8 << 30)) DS_LIMITS__MAX_STREAM_BYTES=$((1 << 30)) \
+    start durable-streams-server "$DSS_BIN"
+  wait_port "$PORT" || {
+    tail -n 20 "$OUT/durable-streams-server.log" >&2
+    die "durable-streams-server did not start"
+  }
+  bench durable-streams-server "http://127.0.0.1:$PORT" "$SERVER_PID"
+  NAMES+=(durable-streams-server)
+  stop_server
+fi
 
 # ---- other servers (already running) -------------------------------------------------------
 for pair in ${OTHER_SERVERS:-}; do

@@ -197,18 +197,12 @@ async fn worker(
 ) -> Result<WorkerResult, Error> {
     let mut conn = Conn::new(target);
     let mut errors = BTreeMap::new();
-    for path in &paths {
-        match conn
-            .send(Method::PUT, path, Some("text/plain"), Bytes::new())
-            .await
-        {
-            Ok(r) if r.status.is_success() => {}
-            Ok(r) => return Err(format!("creating {path}: {}", r.status).into()),
-            Err(e) => return Err(format!("creating {path}: {e}").into()),
-        }
-    }
+    let created = create_streams(&mut conn, &paths).await;
+    // Meet the others even when creation failed, so the run ends with the
+    // error instead of waiting forever at the barrier.
     barrier.wait().await;
     barrier.wait().await;
+    created?;
     let start = Instant::now();
     let deadline = start + duration;
     let mut hist = stats::histogram();
@@ -250,6 +244,24 @@ async fn worker(
         }
     }
     Ok(WorkerResult { ok, errors, hist })
+}
+
+/// `PUT` each stream (text/plain); the first failure, with its body.
+async fn create_streams(conn: &mut Conn, paths: &[String]) -> Result<(), Error> {
+    for path in paths {
+        match conn
+            .send(Method::PUT, path, Some("text/plain"), Bytes::new())
+            .await
+        {
+            Ok(r) if r.status.is_success() => {}
+            Ok(r) => {
+                let body = String::from_utf8_lossy(&r.body);
+                return Err(format!("creating {path}: {} {body}", r.status).into());
+            }
+            Err(e) => return Err(format!("creating {path}: {e}").into()),
+        }
+    }
+    Ok(())
 }
 
 fn print_table(r: &Report) {
@@ -295,5 +307,55 @@ fn print_table(r: &Report) {
     );
     for (kind, n) in &r.error_kinds {
         println!("  error {kind}: {n}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        append: AppendArgs,
+    }
+
+    /// A server that answers every request on every connection with 400.
+    async fn refusing_server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    while socket.read(&mut request).await.is_ok_and(|n| n > 0) {
+                        let refusal =
+                            b"HTTP/1.1 400 Bad Request\r\ncontent-length: 7\r\n\r\nrefused";
+                        if socket.write_all(refusal).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn a_refused_stream_creation_ends_the_run_with_its_error() {
+        let url = refusing_server().await;
+        let args = Cli::parse_from(["append", "--url", &url, "--streams", "3", "--duration", "1"]);
+        let run = tokio::time::timeout(Duration::from_secs(20), run(args.append));
+        let error = run
+            .await
+            .expect("the run ends instead of waiting at its barrier");
+        let message = error.expect_err("creation was refused").to_string();
+        assert!(
+            message.contains("400") && message.contains("refused"),
+            "{message}"
+        );
     }
 }

@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::Api;
 use crate::client::{Conn, Error, Target};
+use crate::live;
 use crate::stats::{self, Latency};
 
 const CHUNK: usize = 64 << 10;
@@ -21,9 +22,13 @@ pub struct CatchupArgs {
     /// Server base URL, e.g. http://127.0.0.1:4437
     #[arg(long)]
     url: String,
-    /// Only v1 is supported for now.
+    /// Which surface the stream lives on.
     #[arg(long, value_enum, default_value = "v1")]
     api: Api,
+    /// With `--api bucket`: the bucket to create (201 or 409 are both fine);
+    /// by default named like the stream.
+    #[arg(long)]
+    bucket: Option<String>,
     /// Bytes to write into the stream before reading.
     #[arg(long, default_value_t = 64 << 20)]
     stream_bytes: u64,
@@ -57,26 +62,14 @@ struct Report {
 }
 
 pub async fn run(args: CatchupArgs) -> Result<(), Error> {
-    if args.api != Api::V1 {
-        return Err("catchup supports --api v1 only".into());
-    }
     if args.clients == 0 || args.stream_bytes == 0 {
         return Err("--clients and --stream-bytes must be positive".into());
     }
     let target = Target::parse(&args.url)?;
     let now = SystemTime::now().duration_since(UNIX_EPOCH)?;
-    let path = format!(
-        "/v1/stream/bench-catchup-{}-{}",
-        now.as_millis(),
-        std::process::id()
-    );
+    let name = format!("bench-catchup-{}", live::run_id());
+    let path = live::create_stream(&target, args.api, args.bucket.as_deref(), &name).await?;
     let mut conn = Conn::new(target.clone());
-    let r = conn
-        .send(Method::PUT, &path, Some("text/plain"), Bytes::new())
-        .await?;
-    if !r.status.is_success() {
-        return Err(format!("creating {path}: {}", r.status).into());
-    }
     let chunk = Bytes::from(vec![b'y'; CHUNK]);
     let fill_start = Instant::now();
     let mut written = 0u64;
