@@ -66,6 +66,10 @@ fn token_is_advertised_on_every_json_stream_response() {
         assert_eq!(read.status, 200);
         assert_token(&read, &format!("offset read {path}"));
         read_records(&s, &path, "record=0");
+        // A DELETE is a stream operation too; its stream is gone after it.
+        let deleted = req(s.addr, "DELETE", &path, &[], b"");
+        assert_eq!(deleted.status, 204, "DELETE {path}");
+        assert_token(&deleted, &format!("DELETE {path}"));
     }
 }
 
@@ -116,6 +120,9 @@ fn non_json_streams_have_no_token_and_no_record_headers() {
             );
             // Whatever a record parameter does here, it is not record-aware.
             responses.push(("record read", get(&s, &path, "record=0")));
+            let deleted = req(s.addr, "DELETE", &path, &[], b"");
+            assert_eq!(deleted.status, 204, "DELETE {ct} {path}");
+            responses.push(("delete", deleted));
             for (what, r) in &responses {
                 assert!(!has_token(r), "{what} {ct} {path}: {:?}", r.headers);
                 assert_eq!(

@@ -109,7 +109,7 @@ fn delete(req: &Request, table: &Table) -> Action {
                 key: req.key.to_string(),
                 stream_id: stream.id,
             }],
-            reply: Response::new(204),
+            reply: records::advertise(stream, Response::new(204)),
         },
         None => Action::Reply(response::not_found("stream not found")),
     }

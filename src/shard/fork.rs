@@ -254,7 +254,14 @@ fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
 /// DELETE (PROTOCOL.md §4.2, §5.4): soft when any shard holds a fork of
 /// this incarnation.
 pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
-    let Some(id) = shard.table.borrow().get(key).map(|s| s.id) else {
+    // Extensions §6: the reply to a stream operation on a JSON stream
+    // advertises the record model, a DELETE's included.
+    let Some((id, records)) = shard
+        .table
+        .borrow()
+        .get(key)
+        .map(|s| (s.id, records::active(s)))
+    else {
         return not_found("stream not found");
     };
     let forks = count_forks(shard, id).await;
@@ -271,6 +278,7 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
         _ => return not_found("stream not found"),
     };
     match shard.submit(vec![command]).await {
+        Ok(()) if records => Response::new(204).header("stream-extensions", records::TOKEN),
         Ok(()) => Response::new(204),
         Err(e) => e.response(),
     }
