@@ -5,6 +5,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+/// Segments are at most 4 GiB: the index keeps a file position in 32 bits
+/// (`stream::data`).
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 32;
+
 /// When an acknowledged write is on disk (issue 3 "Group commit").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncPolicy {
@@ -131,8 +135,8 @@ OPTIONS:
     --fsync POLICY              always: acknowledge after fdatasync; interval:MS: acknowledge
                                 after the write and sync every MS (may lose MS of writes on a
                                 crash) [default: always]
-    --segment-bytes N           log segment size, a multiple of 4096 and at least
-                                --max-body-bytes + 64 KiB [default: 67108864]
+    --segment-bytes N           log segment size, a multiple of 4096, at least
+                                --max-body-bytes + 64 KiB, at most 4 GiB [default: 67108864]
     --cache-bytes N             stream bytes cached in memory over all shards; older data is
                                 read from the log [default: 268435456]
     --clean-interval-ms MS      how often the cleaner reclaims segments of deleted data
@@ -293,9 +297,11 @@ impl Config {
         }
         if !self.segment_bytes.is_multiple_of(4096)
             || self.segment_bytes < self.max_body_bytes + (64 << 10)
+            || self.segment_bytes > MAX_SEGMENT_BYTES
         {
             return Err(
-                "--segment-bytes must be a multiple of 4096 and at least --max-body-bytes + 65536"
+                "--segment-bytes must be a multiple of 4096, at least --max-body-bytes + 65536 \
+                 and at most 4 GiB"
                     .into(),
             );
         }
@@ -422,5 +428,10 @@ mod tests {
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
         assert!(Config::from_args(&args(&["--shutdown-timeout-ms", "0"])).is_err());
+        // The index keeps file positions in 32 bits.
+        let most = (1u64 << 32).to_string();
+        assert!(Config::from_args(&args(&["--segment-bytes", &most])).is_ok());
+        let over = ((1u64 << 32) + 4096).to_string();
+        assert!(Config::from_args(&args(&["--segment-bytes", &over])).is_err());
     }
 }

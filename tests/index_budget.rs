@@ -62,8 +62,8 @@ fn writes_past_the_budget_get_503_until_retention_frees_entries() {
     let path = format!("/{BUCKET}/events");
     assert_eq!(req(s.addr, "PUT", &path, &JSON, b"").status, 201);
     let accepted = fill_until_refused(&s, &path);
-    // 8 B per record end and 32 B per append's location: 8192 / 40.
-    assert!((150..=205).contains(&accepted), "{accepted} appends fit");
+    // 8 B per record end and 16 B per append's location: 8192 / 24.
+    assert!((300..=342).contains(&accepted), "{accepted} appends fit");
     let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
     assert_eq!(read.status, 200);
     assert_eq!(read.text().lines().count(), accepted);

@@ -13,7 +13,7 @@ use super::table::Table;
 
 /// Memory of one message end and of one extent.
 pub const END_BYTES: u64 = 8;
-pub const EXTENT_BYTES: u64 = 32;
+pub const EXTENT_BYTES: u64 = 16;
 
 impl Stream {
     /// What this stream's indexes take.

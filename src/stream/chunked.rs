@@ -116,8 +116,10 @@ impl<T: Copy> Chunked<T> {
     /// be partitioned: `pred` true, then false).
     pub fn partition_point(&self, pred: impl Fn(&T) -> bool) -> usize {
         let full = self.chunks.partition_point(|c| c.last().is_some_and(&pred));
+        // Only the first and the last chunk may be short.
         let before: usize = match full {
             0 => 0,
+            n if n == self.chunks.len() => self.len,
             n => self.chunks[0].len() + (n - 1) * CHUNK,
         };
         let within = self
@@ -164,6 +166,11 @@ mod tests {
         let mut v: Vec<u64> = (0..n).collect();
         assert_eq!(c.len(), v.len());
         assert_eq!(c.partition_point(|&x| x < 5000), 5000);
+        assert_eq!(
+            c.partition_point(|_| true),
+            c.len(),
+            "the last chunk is short"
+        );
         assert_eq!(c.range(4090, 4100).collect::<Vec<_>>(), v[4090..4100]);
         c.drop_front(4100);
         v.drain(..4100);

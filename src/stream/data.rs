@@ -26,6 +26,40 @@ impl Extent {
     }
 }
 
+/// An extent as the index keeps it, one per committed append: 16 bytes.
+/// Its length is not stored: appends are located contiguously, so an
+/// extent ends where the next begins (the last at `located_to`).
+/// `Config::check` bounds segments to 4 GiB, so a position fits 32 bits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Located {
+    start: u64,
+    segment: u32,
+    pos: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Located>() as u64 == super::budget::EXTENT_BYTES);
+
+impl Located {
+    fn new(start: u64, segment: u64, pos: u64) -> Located {
+        Located {
+            start,
+            // 2^32 segments of at least 64 KiB each: 256 TiB per shard.
+            segment: u32::try_from(segment).expect("segment numbers stay below 2^32"),
+            pos: u32::try_from(pos).expect("segments are at most 4 GiB (Config::check)"),
+        }
+    }
+
+    fn with_end(self, end: u64) -> Extent {
+        debug_assert!(end >= self.start);
+        Extent {
+            start: self.start,
+            len: end - self.start,
+            segment: u64::from(self.segment),
+            pos: u64::from(self.pos),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamData {
     /// End of the decided data (durable or not).
@@ -34,7 +68,7 @@ pub struct StreamData {
     chunks: VecDeque<(u64, Vec<u8>)>,
     /// Located appends, ascending and contiguous up to `located_to`
     /// (those wholly before the retention point may be dropped).
-    extents: Chunked<Extent>,
+    extents: Chunked<Located>,
     /// Where located data ends.
     located_to: u64,
 }
@@ -43,8 +77,11 @@ impl StreamData {
     /// Data rebuilt by recovery: all of it in the log, nothing cached.
     pub fn recovered(extents: Vec<Extent>, tail: u64) -> StreamData {
         debug_assert!(extents.last().is_none_or(|e| e.end() == tail));
+        debug_assert!(extents.windows(2).all(|w| w[0].end() == w[1].start));
         let mut chunked = Chunked::default();
-        extents.into_iter().for_each(|e| chunked.push(e));
+        extents
+            .into_iter()
+            .for_each(|e| chunked.push(Located::new(e.start, e.segment, e.pos)));
         StreamData {
             tail,
             chunks: VecDeque::new(),
@@ -74,8 +111,31 @@ impl StreamData {
     /// Forgets where bytes wholly before `offset` are (retention made
     /// them unreadable), so the cleaner reclaims them.
     pub fn drop_before(&mut self, offset: u64) {
-        let dead = self.extents.partition_point(|e| e.end() <= offset);
+        let dead = self.ending_by(offset);
         self.extents.drop_front(dead);
+    }
+
+    /// The number of leading extents that end at or before `offset`.
+    fn ending_by(&self, offset: u64) -> usize {
+        // Extent i ends where extent i + 1 starts; the last at located_to.
+        let starting_by = self.extents.partition_point(|l| l.start <= offset);
+        match starting_by {
+            0 => 0,
+            n if n < self.extents.len() => n - 1,
+            n if self.located_to <= offset => n,
+            n => n - 1,
+        }
+    }
+
+    /// Extent `index` with its length (its successor's start, or
+    /// `located_to` for the last one).
+    fn extent_at(&self, index: usize) -> Option<Extent> {
+        let located = self.extents.get(index)?;
+        let end = self
+            .extents
+            .get(index + 1)
+            .map_or(self.located_to, |next| next.start);
+        Some(located.with_end(end))
     }
 
     /// Appends decided bytes (cached until committed and evicted).
@@ -105,12 +165,7 @@ impl StreamData {
     pub fn locate(&mut self, start: u64, len: u64, segment: u64, pos: u64) {
         assert_eq!(start, self.located_end(), "appends are located in order");
         assert!(start + len <= self.tail);
-        self.extents.push(Extent {
-            start,
-            len,
-            segment,
-            pos,
-        });
+        self.extents.push(Located::new(start, segment, pos));
         self.located_to = start + len;
     }
 
@@ -144,9 +199,11 @@ impl StreamData {
 
     /// The extents that hold bytes of `[start, end)`.
     pub fn extents_in(&self, start: u64, end: u64) -> Vec<Extent> {
-        let first = self.extents.partition_point(|e| e.end() <= start);
+        let first = self.ending_by(start);
         let last = self.extents.partition_point(|e| e.start < end);
-        self.extents.range(first, last.max(first)).collect()
+        (first..last.max(first))
+            .filter_map(|i| self.extent_at(i))
+            .collect()
     }
 
     /// Moves the extent starting at `start` (the cleaner copied it).
@@ -154,8 +211,7 @@ impl StreamData {
         let at = self.extents.partition_point(|e| e.start < start);
         match self.extents.get_mut(at).filter(|e| e.start == start) {
             Some(extent) => {
-                extent.segment = segment;
-                extent.pos = pos;
+                *extent = Located::new(start, segment, pos);
                 true
             }
             None => false,
@@ -164,7 +220,9 @@ impl StreamData {
 
     /// The located extents whose bytes are in `segment`.
     pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = Extent> + '_ {
-        self.extents.iter().filter(move |e| e.segment == segment)
+        (0..self.extents.len())
+            .filter_map(|i| self.extent_at(i))
+            .filter(move |e| e.segment == segment)
     }
 
     /// Bytes located in each segment by the extents at `range` (clamped),
@@ -176,7 +234,8 @@ impl StreamData {
         live: &mut std::collections::HashMap<u64, u64>,
     ) {
         let mut run: Option<(u64, u64)> = None;
-        for e in self.extents.range(range.start, range.end) {
+        let end = range.end.min(self.extents.len());
+        for e in (range.start..end).filter_map(|i| self.extent_at(i)) {
             run = match run {
                 Some((segment, bytes)) if segment == e.segment => Some((segment, bytes + e.len)),
                 Some((segment, bytes)) => {
@@ -199,6 +258,8 @@ impl StreamData {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashMap;
+
     use super::*;
 
     #[test]
@@ -232,6 +293,78 @@ mod tests {
             }]
         );
         assert!(d.extents_in(3, 6).is_empty());
+    }
+
+    /// The extents a plain list keeps, for comparison.
+    fn model_in(model: &[Extent], start: u64, end: u64) -> Vec<Extent> {
+        let first = model.partition_point(|e| e.end() <= start);
+        let last = model.partition_point(|e| e.start < end);
+        model[first..last.max(first)].to_vec()
+    }
+
+    #[test]
+    fn compact_extents_answer_like_a_list_of_whole_ones() {
+        // Lengths 0..7 (empty appends included), in segments that roll.
+        let mut d = StreamData::default();
+        let mut model: Vec<Extent> = Vec::new();
+        let mut start = 0;
+        for i in 0..5000u64 {
+            let len = i % 7;
+            let (segment, pos) = (1 + i / 900, (i % 900) * 64);
+            d.push(vec![b'x'; len as usize]);
+            d.locate(start, len, segment, pos);
+            model.push(Extent {
+                start,
+                len,
+                segment,
+                pos,
+            });
+            start += len;
+        }
+        assert_eq!(d.extent_count(), model.len());
+        for (from, to) in [
+            (0, 1),
+            (0, start),
+            (5, 5),
+            (6, 20),
+            (start - 3, start),
+            (start, start + 9),
+        ] {
+            assert_eq!(
+                d.extents_in(from, to),
+                model_in(&model, from, to),
+                "{from}..{to}"
+            );
+        }
+        let in_three: Vec<Extent> = model.iter().filter(|e| e.segment == 3).copied().collect();
+        assert_eq!(d.extents_in_segment(3).collect::<Vec<_>>(), in_three);
+        let (mut live, mut expected) = (HashMap::new(), HashMap::new());
+        d.count_live_range(10..2000, &mut live);
+        model[10..2000]
+            .iter()
+            .for_each(|e| *expected.entry(e.segment).or_default() += e.len);
+        assert_eq!(live, expected);
+        // Relocating one keeps its length and its neighbours'.
+        let moved = model[4000];
+        assert!(d.relocate(moved.start, 77, 4096));
+        model[4000] = Extent {
+            segment: 77,
+            pos: 4096,
+            ..moved
+        };
+        let around = (model[3999].start, model[4001].end());
+        assert_eq!(
+            d.extents_in(around.0, around.1),
+            model_in(&model, around.0, around.1)
+        );
+        // Dropping before an offset keeps every extent that ends after it.
+        for cut in [0, 1, 12_345, start - 1, start] {
+            let mut d = d.clone();
+            d.drop_before(cut);
+            let kept: Vec<Extent> = model.iter().filter(|e| e.end() > cut).copied().collect();
+            assert_eq!(d.extent_count(), kept.len(), "cut at {cut}");
+            assert_eq!(d.extents_in(0, start + 1), kept, "cut at {cut}");
+        }
     }
 
     #[test]
