@@ -242,11 +242,28 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
     assert_eq!(retain(&first), 204, "idempotent");
     let zero = rill::protocol::offset::format(0);
     assert_eq!(retain(&zero), 409, "backward");
-    // Older offsets are gone; -1 starts at the retained offset.
+    // Older offsets are gone, and so is the beginning (-1, or no offset,
+    // in every read mode): a client reading from the start is told to
+    // bootstrap, and where the retained data starts.
     assert_eq!(
         req(s.addr, "GET", &format!("{path}?offset={zero}"), &[], b"").status,
         410
     );
+    for query in [
+        "",
+        "?offset=-1",
+        "?offset=-1&live=long-poll",
+        "?offset=-1&live=sse",
+    ] {
+        let r = req(s.addr, "GET", &format!("{path}{query}"), &[], b"");
+        assert_eq!(r.status, 410, "{query}: {}", r.text());
+        assert!(r.text().contains("offset_gone"), "{query}: {}", r.text());
+        assert_eq!(
+            r.header("stream-next-offset"),
+            Some(first.as_str()),
+            "{query}"
+        );
+    }
     assert_eq!(
         req(
             s.addr,
@@ -265,8 +282,6 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
         410
     );
     assert_eq!(retain(&inside), 409, "backward, inside a message");
-    let from_start = req(s.addr, "GET", &path, &[], b"");
-    assert_eq!(from_start.body, b"{\"op\":2}\n");
     assert_eq!(
         req(s.addr, "GET", &format!("{path}?offset={first}"), &[], b"").body,
         b"{\"op\":2}\n"
@@ -276,10 +291,10 @@ fn retention_needs_a_snapshot_and_makes_older_offsets_gone() {
         req(s.addr, "GET", &format!("{path}?offset={zero}"), &[], b"").status,
         410
     );
-    assert_eq!(req(s.addr, "GET", &path, &[], b"").body, b"{\"op\":2}\n");
+    assert_eq!(req(s.addr, "GET", &path, &[], b"").status, 410);
     offset_after(&s, &path, br#"{"op":3}"#);
     assert_eq!(
-        req(s.addr, "GET", &path, &[], b"").body,
+        req(s.addr, "GET", &format!("{path}?offset={first}"), &[], b"").body,
         b"{\"op\":2}\n{\"op\":3}\n"
     );
 }
@@ -421,9 +436,21 @@ fn sigkill_during_retention_keeps_retained_data_contiguous() {
     let zero = format!("{path}?offset={}", rill::protocol::offset::format(0));
     publish_through_kills(&path, true, |s, round, newest| {
         assert_eq!(req(s.addr, "GET", &zero, &[], b"").status, 410);
-        // From -1: the ops after the retained offset, contiguous; retention
-        // never went back before the last acknowledged move.
-        let all = req(s.addr, "GET", &path, &[], b"");
+        // From the retained offset (the 410 for -1 names it): the ops after
+        // it, contiguous; retention never went back before the last
+        // acknowledged move.
+        let gone = req(s.addr, "GET", &path, &[], b"");
+        assert_eq!(gone.status, 410, "round {round}: {}", gone.text());
+        let retained = gone
+            .header("stream-next-offset")
+            .expect("the retained offset");
+        let all = req(
+            s.addr,
+            "GET",
+            &format!("{path}?offset={retained}"),
+            &[],
+            b"",
+        );
         assert_eq!(all.status, 200, "round {round}: {}", all.text());
         let ops: Vec<u64> = all
             .text()

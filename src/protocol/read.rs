@@ -53,7 +53,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         .ok_or_else(|| not_found("stream not found"))?;
     let start = match (record_start, param) {
         (Some((at, _)), _) => records::resolve(stream, at)?,
-        (None, OffsetParam::Start) => stream.retained,
+        (None, OffsetParam::Start) => from_the_beginning(stream)?,
         (None, OffsetParam::Now) => stream.tail(),
         (None, OffsetParam::At(pos)) => validate_position(stream, req.surface, pos)?,
     };
@@ -127,6 +127,28 @@ fn max_bytes(req: &Request) -> Result<Option<u64>, Response> {
     }
 }
 
+/// `-1` (or no offset): the beginning of the stream, which retention
+/// makes one of the "offsets less than retained_offset" that extensions
+/// §2.2 answers 410 (so a client reading from the start learns to
+/// bootstrap, §3.4, instead of silently missing the trimmed prefix).
+fn from_the_beginning(stream: &Stream) -> Result<u64, Response> {
+    match stream.retained {
+        0 => Ok(0),
+        _ => Err(gone(stream)),
+    }
+}
+
+/// 410 for a position before the retained one; `Stream-Next-Offset` says
+/// where the retained data starts.
+fn gone(stream: &Stream) -> Response {
+    Response::error(
+        410,
+        "offset_gone",
+        "the offset is before the earliest retained offset; use /bootstrap",
+    )
+    .header("stream-next-offset", offset::format(stream.retained))
+}
+
 /// A token must lie within the stream; on v1 JSON streams also on a message
 /// boundary (they render whole messages). Bucketed reads may end, and so
 /// resume, inside a record.
@@ -135,11 +157,7 @@ fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64,
         return Err(bad_request("offset is beyond the tail of the stream"));
     }
     if pos < stream.retained {
-        return Err(Response::error(
-            410,
-            "offset_gone",
-            "the offset is before the earliest retained offset; use /bootstrap",
-        ));
+        return Err(gone(stream));
     }
     if stream.json && surface == Surface::V1 && !stream.is_boundary(pos) {
         return Err(bad_request("offset is not on a message boundary"));
