@@ -158,3 +158,46 @@ fn json_messages_and_request_rules() {
         404
     );
 }
+
+#[test]
+fn closed_streams_say_so_and_head_answers_the_head() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/ended");
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", &path, &text, b"one").status, 201);
+    let (open, _) = get_bootstrap(&s, &path);
+    assert_eq!(open.header("stream-closed"), None, "still open");
+    let closing = [("Content-Type", "text/plain"), ("Stream-Closed", "true")];
+    assert_eq!(req(s.addr, "POST", &path, &closing, b"two").status, 204);
+    // The bootstrap reaches the final offset of a closed stream: the base
+    // protocol's Stream-Closed (PROTOCOL.md §5.6) applies.
+    let (closed, body) = get_bootstrap(&s, &path);
+    assert_eq!(closed.header("stream-closed"), Some("true"));
+    assert_eq!(closed.header("stream-up-to-date"), Some("true"));
+    let parts = parse(&body, &boundary_of(&closed));
+    assert_eq!(parts.len(), 3, "the empty snapshot part and two messages");
+    // HEAD: the GET's head, no parts.
+    let url = format!("{path}/bootstrap");
+    let head = req(s.addr, "HEAD", &url, &[], b"");
+    assert_eq!(head.status, 200);
+    assert!(head.body.is_empty());
+    for name in [
+        "stream-next-offset",
+        "stream-snapshot-offset",
+        "stream-closed",
+    ] {
+        assert_eq!(head.header(name), closed.header(name), "{name}");
+    }
+    assert!(
+        head.header("content-type")
+            .unwrap()
+            .starts_with("multipart/mixed")
+    );
+    let post = req(s.addr, "POST", &url, &text, b"x");
+    assert_eq!(post.status, 405);
+    assert_eq!(post.header("allow"), Some("GET, HEAD, OPTIONS"));
+}

@@ -4,6 +4,7 @@
 //! after it, each with its content type, byte-exact. The boundary is
 //! random and every part is checked not to contain it, so payload bytes
 //! cannot forge parts. The shard streams the parts; this file frames them.
+//! A HEAD gets the GET's head without the parts (RFC 9110 §9.3.2).
 
 use super::response::{Response, bad_request};
 use super::{Request, offset, records};
@@ -30,6 +31,7 @@ pub fn head(stream: &Stream, boundary: &str, end: u64) -> Response {
         .snapshot
         .as_ref()
         .map_or_else(|| "-1".to_string(), |s| offset::format(s.offset));
+    let at_tail = end == stream.tail();
     let reply = Response::new(200)
         .header(
             "content-type",
@@ -37,14 +39,10 @@ pub fn head(stream: &Stream, boundary: &str, end: u64) -> Response {
         )
         .header("stream-snapshot-offset", snapshot_offset)
         .header("stream-next-offset", offset::format(end))
-        .header(
-            "stream-up-to-date",
-            if end == stream.tail() {
-                "true"
-            } else {
-                "false"
-            },
-        )
+        .header("stream-up-to-date", if at_tail { "true" } else { "false" })
+        // Where §3 is silent the base governs: Stream-Closed once the
+        // client has everything of a closed stream (PROTOCOL.md §5.6).
+        .header_if(at_tail && stream.is_closed(), "stream-closed", "true")
         .header("cache-control", "no-store");
     // extensions §6.10: the record bounds of a record-aware stream.
     records::bounds_headers(stream, reply)

@@ -69,9 +69,9 @@ pub async fn serve(
     if !shard.buckets.borrow().contains_key(bucket) {
         return respond(shard, socket, not_found("bucket not found"), keep, false).await;
     }
-    if !matches!(head.method, Method::Get) {
-        let reply = Response::error(405, "method_not_allowed", "bootstrap takes GET")
-            .header("allow", "GET, OPTIONS");
+    if !matches!(head.method, Method::Get | Method::Head) {
+        let reply = Response::error(405, "method_not_allowed", "bootstrap takes GET or HEAD")
+            .header("allow", "GET, HEAD, OPTIONS");
         return respond(shard, socket, reply, keep, false).await;
     }
     let req = Request::sub_resource(head, &[], key, 0);
@@ -83,9 +83,13 @@ pub async fn serve(
     };
     responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
-    render::encode(&reply_head, Framing::Chunked, keep, false, &mut out);
+    let head_only = head.method == Method::Head;
+    render::encode(&reply_head, Framing::Chunked, keep, head_only, &mut out);
     if !write_bytes(socket, out).await {
         return false;
+    }
+    if head_only {
+        return keep;
     }
     let ok = parts(shard, socket, key, &plan, &boundary).await;
     ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
