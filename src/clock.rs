@@ -1,4 +1,5 @@
-//! Wall-clock time and RFC 3339 timestamps (PROTOCOL.md §5.1 `Stream-Expires-At`).
+//! Wall-clock time, RFC 3339 timestamps (PROTOCOL.md §5.1 `Stream-Expires-At`)
+//! and the HTTP `Date` of responses (RFC 9110 §6.6.1, IMF-fixdate).
 //!
 //! Protocol code never reads the clock itself: the shard passes `now_ms` in, so
 //! every decision stays a pure function of its inputs.
@@ -120,9 +121,58 @@ pub fn format_rfc3339_ms(ms: u64) -> String {
     )
 }
 
+/// IMF-fixdate of `secs` since the epoch: `Sun, 06 Nov 1994 08:49:37 GMT`.
+pub fn http_date(secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let days = (secs / 86_400) as i64;
+    let (year, month, day) = civil_from_days(days);
+    let rem = secs % 86_400;
+    format!(
+        "{}, {day:02} {} {year:04} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+thread_local! {
+    /// This thread's `Date` value and the second it was made for.
+    static HTTP_DATE: std::cell::RefCell<(u64, String)> = const {
+        std::cell::RefCell::new((u64::MAX, String::new()))
+    };
+}
+
+/// The `Date` of a response sent now, formatted once a second per thread.
+pub fn with_http_date_now<R>(f: impl FnOnce(&str) -> R) -> R {
+    let secs = now_ms() / 1000;
+    HTTP_DATE.with(|cell| {
+        let mut cached = cell.borrow_mut();
+        if cached.0 != secs {
+            *cached = (secs, http_date(secs));
+        }
+        f(&cached.1)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn http_dates_are_imf_fixdates() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        // Values from Python's email.utils.formatdate(t, usegmt=True).
+        assert_eq!(http_date(1_961_625_599), "Sat, 28 Feb 2032 23:59:59 GMT");
+        assert_eq!(http_date(1_961_625_600), "Sun, 29 Feb 2032 00:00:00 GMT");
+        assert_eq!(http_date(1_796_040_000), "Mon, 30 Nov 2026 12:00:00 GMT");
+        with_http_date_now(|now| assert!(now.ends_with(" GMT") && now.len() == 29, "{now}"));
+    }
 
     #[test]
     fn parses_utc_and_offsets() {

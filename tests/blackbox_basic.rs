@@ -222,6 +222,12 @@ fn head_reports_metadata_without_body() {
     let ct = h.header("content-type").expect("Content-Type on HEAD");
     assert!(ct.starts_with(TEXT), "Content-Type {ct:?}");
     assert!(h.body.is_empty());
+    // RFC 9110 §8.6: no Content-Length unless it is the GET's (10 here).
+    let length = h.header("content-length");
+    assert!(
+        length.is_none_or(|l| l == "10"),
+        "Content-Length {length:?}"
+    );
     // No body bytes may follow a HEAD response: the next response on the same
     // connection must parse cleanly.
     let r = c.request("GET", &format!("{path}?offset=-1"), &[], b"");
@@ -698,4 +704,25 @@ fn close_races_with_concurrent_appends() {
         "stream content must be exactly the acknowledged appends in offset order ({} acked)",
         acked.len()
     );
+}
+
+#[test]
+fn every_response_has_a_date() {
+    // RFC 9110 §6.6.1: an origin server with a clock MUST send Date in
+    // 2xx, 3xx and 4xx responses.
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    let created = req(s.addr, "PUT", &path, &[("Content-Type", TEXT)], b"x");
+    let read = read_from(s.addr, &path, "-1");
+    let missing = req(s.addr, "GET", &new_stream_path(), &[], b"");
+    for r in [&created, &read, &missing] {
+        let date = r
+            .header("date")
+            .unwrap_or_else(|| panic!("{}: no Date", r.status));
+        // IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT".
+        let fields: Vec<&str> = date.split(' ').collect();
+        assert_eq!(fields.len(), 6, "{date}");
+        assert!(fields[0].ends_with(',') && fields[5] == "GMT", "{date}");
+        assert_eq!(fields[4].len(), 8, "{date}");
+    }
 }

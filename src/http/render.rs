@@ -69,14 +69,18 @@ pub fn encode(
     for (name, value) in &resp.headers {
         push_header(out, name, value);
     }
+    crate::clock::with_http_date_now(|date| push_header(out, "date", date));
     push_header(out, "x-content-type-options", "nosniff");
     push_header(out, "cross-origin-resource-policy", "cross-origin");
     push_header(out, "access-control-allow-origin", "*");
     push_header(out, "access-control-expose-headers", EXPOSE_HEADERS);
     let bodiless = resp.status == 204 || resp.status == 304 || resp.status < 200;
+    // A HEAD answered without the GET's body cannot know its length, and
+    // RFC 9110 §8.6 forbids a Content-Length that differs from it.
+    let unknown_length = head_request && resp.body.is_empty();
     match framing {
         Framing::Chunked => push_header(out, "transfer-encoding", "chunked"),
-        Framing::Length if !bodiless => {
+        Framing::Length if !bodiless && !unknown_length => {
             push_header(out, "content-length", &resp.body.len().to_string())
         }
         Framing::Length => {}
