@@ -35,6 +35,10 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         .header("content-type")
         .filter(|ct| !ct.trim().is_empty())
         .ok_or_else(|| bad_request("Content-Type is required on append"))?;
+    // §5.2: 409 is for a valid type that differs; a malformed one is 400.
+    if !content_type::is_valid(ct.trim()) {
+        return Err(bad_request("invalid Content-Type"));
+    }
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;

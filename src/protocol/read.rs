@@ -302,15 +302,27 @@ pub fn catch_up(
         return gone;
     }
     let (reply, tag) = data_reply(stream, plan, cut, fetched);
-    if if_none_match == Some(tag.as_str()) {
-        return records::advertise(stream, Response::new(304).header("etag", tag));
-    }
     let cache = if reply.get_header("stream-up-to-date").is_some() {
         "no-store".to_string()
     } else {
         cache_control(stream, now_ms)
     };
+    if if_none_match.is_some_and(|header| etag_matches(header, &tag)) {
+        // RFC 9110 §15.4.5: a 304 carries the 200's Cache-Control too.
+        let not_modified = Response::new(304)
+            .header("etag", tag)
+            .header("cache-control", cache);
+        return records::advertise(stream, not_modified);
+    }
     reply.header("cache-control", cache)
+}
+
+/// Whether an `If-None-Match` value matches `tag` (RFC 9110 §13.1.2): `*`,
+/// or any entity tag of the list by weak comparison (`W/` ignored).
+fn etag_matches(header: &str, tag: &str) -> bool {
+    let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
+    let ours = opaque(tag);
+    header.trim() == "*" || header.split(',').any(|t| opaque(t) == ours)
 }
 
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.

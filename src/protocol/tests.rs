@@ -199,6 +199,11 @@ fn append_precedence_and_status() {
             .status,
         409
     );
+    // Only a valid type that differs is 409; a malformed one is 400.
+    for malformed in ["garbage", "text/", "/plain"] {
+        let r = h.reply("POST", KEY, &[("content-type", malformed)], b"x");
+        assert_eq!(r.status, 400, "{malformed}");
+    }
     let ok = h.reply(
         "POST",
         KEY,
@@ -356,10 +361,24 @@ fn reads_validate_offsets_and_honour_etags() {
     );
     let full = h.reply("GET", KEY, &[], b"");
     let tag = full.get_header("etag").unwrap().to_string();
+    let not_modified = h.reply("GET", KEY, &[("if-none-match", &tag)], b"");
+    assert_eq!(not_modified.status, 304);
     assert_eq!(
-        h.reply("GET", KEY, &[("if-none-match", &tag)], b"").status,
-        304
+        not_modified.get_header("cache-control"),
+        full.get_header("cache-control"),
+        "a 304 carries the 200's Cache-Control"
     );
+    // RFC 9110 §13.1.2: any tag of a list, weak comparison, and `*`.
+    for matching in [
+        format!("\"other\", {tag}"),
+        format!("W/{tag}"),
+        "*".to_string(),
+    ] {
+        let r = h.reply("GET", KEY, &[("if-none-match", &matching)], b"");
+        assert_eq!(r.status, 304, "{matching}");
+    }
+    let other = h.reply("GET", KEY, &[("if-none-match", "\"other\", W/\"x\"")], b"");
+    assert_eq!(other.status, 200);
     let from = h.reply(
         "GET",
         &format!("{KEY}?offset={}", offset::format(2)),
