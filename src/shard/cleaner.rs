@@ -7,8 +7,15 @@
 //!   move when those commit);
 //! - an IMAGE of every live stream that has any record in it (so a create,
 //!   close or producer update stored only there is not lost);
-//! - its stream deletes and bucket records, when an older segment remains
-//!   (there they would otherwise resurrect what they removed).
+//! - the creates of its buckets that still exist;
+//! - its stream and bucket deletes, when an older segment remains (there
+//!   they would otherwise resurrect what they removed), except deletes of
+//!   an incarnation that is live again (a re-sharding logs the drop of the
+//!   streams it moved away, and may move them back later).
+//!
+//! A victim whose copies would not free at least half of it (a segment of
+//! creates and images holds no stream bytes, yet copying it frees nothing)
+//! is left in place and looked at again after `RECONSIDER_PASSES` passes.
 //!
 //! Each pass also sweeps snapshot blobs no stream refers to any more and
 //! collects soft-deleted streams without forks; it skips cleaning while a
@@ -35,18 +42,31 @@ use crate::stream::rebuild::image_of;
 /// A sealed segment is cleaned once less than this share of it is live.
 const LIVE_SHARE_LIMIT: f64 = 0.5;
 
+/// Passes after which segments found not worth cleaning are looked at
+/// again (deletes since may have made their images and tombstones dead).
+const RECONSIDER_PASSES: u32 = 64;
+
 pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let interval = Duration::from_millis(shard.config.clean_interval_ms);
+    let mut not_worth_it = BTreeSet::new();
+    let mut passes = 0u32;
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
         super::snapshot::sweep_shard(&shard);
         super::fork::sweep(&shard);
-        while let Some(victim) = choose_victim(&shard, &storage).await {
+        passes += 1;
+        if passes.is_multiple_of(RECONSIDER_PASSES) {
+            not_worth_it.clear();
+        }
+        while let Some(victim) = choose_victim(&shard, &storage, &not_worth_it).await {
             if shard.table.borrow().has_staged() {
                 break;
             }
             match clean(&shard, &storage, victim).await {
-                Ok(()) => {
+                Ok(Cleaned::NotWorthIt) => {
+                    not_worth_it.insert(victim);
+                }
+                Ok(Cleaned::Removed) => {
                     shard.metrics.add(Counter::SegmentsCleaned, 1);
                     crate::info!(shard = shard.index, "cleaned segment {victim}")
                 }
@@ -102,13 +122,17 @@ async fn live_by_segment(shard: &Shard) -> HashMap<u64, u64> {
 }
 
 /// The sealed segment with the least live data, if it is worth cleaning.
-async fn choose_victim(shard: &Shard, storage: &DirectStorage) -> Option<u64> {
+async fn choose_victim(
+    shard: &Shard,
+    storage: &DirectStorage,
+    skip: &BTreeSet<u64>,
+) -> Option<u64> {
     let head = shard.head_segment.get();
     let sealed: Vec<u64> = storage
         .list()
         .ok()?
         .into_iter()
-        .filter(|&s| s < head)
+        .filter(|&s| s < head && !skip.contains(&s))
         .collect();
     if sealed.is_empty() {
         return None;
@@ -130,8 +154,10 @@ struct Contents {
     keys: BTreeSet<String>,
     /// Stream deletes: (key, incarnation).
     deletes: Vec<(String, u64)>,
-    bucket_records: bool,
+    bucket_creates: BTreeSet<String>,
     bucket_deletes: Vec<String>,
+    /// Bytes of records in the segment.
+    used: usize,
 }
 
 fn contents(data: &[u8]) -> Contents {
@@ -139,6 +165,7 @@ fn contents(data: &[u8]) -> Contents {
     let mut pos = 0;
     while let Decoded::Record { record, framed_len } = format::decode(&data[pos..]) {
         pos += framed_len;
+        found.used = pos;
         let Ok(entry) = codec::decode(record.kind, record.payload) else {
             continue;
         };
@@ -155,11 +182,10 @@ fn contents(data: &[u8]) -> Contents {
             Entry::Image(image) => {
                 found.keys.insert(image.key);
             }
-            Entry::BucketCreate { .. } => found.bucket_records = true,
-            Entry::BucketDelete { bucket } => {
-                found.bucket_records = true;
-                found.bucket_deletes.push(bucket);
+            Entry::BucketCreate { bucket, .. } => {
+                found.bucket_creates.insert(bucket);
             }
+            Entry::BucketDelete { bucket } => found.bucket_deletes.push(bucket),
         }
     }
     found
@@ -200,7 +226,11 @@ fn copies(
         ));
     }
     if older_exists {
-        for (key, stream_id) in &found.deletes {
+        // A tombstone of an incarnation that is live again (a re-sharding
+        // moved it away, its drop was logged here, and moved it back) is
+        // superseded: copied to the head it would delete the stream.
+        let live = |key: &String, id: u64| table.get(key).is_some_and(|s| s.id == id);
+        for (key, stream_id) in found.deletes.iter().filter(|(k, id)| !live(k, *id)) {
             let tombstone = Command::Delete {
                 key: key.clone(),
                 stream_id: *stream_id,
@@ -208,36 +238,64 @@ fn copies(
             out.push((Entry::Stream(tombstone), Effect::Nothing));
         }
     }
-    if found.bucket_records {
-        for (bucket, state) in shard.buckets.borrow().iter() {
+    let registry = shard.buckets.borrow();
+    for bucket in &found.bucket_creates {
+        if let Some(state) = registry.get(bucket) {
             let entry = Entry::BucketCreate {
                 bucket: bucket.clone(),
                 created_at_ms: state.created_at_ms,
             };
             out.push((entry, Effect::Nothing));
         }
-        let registry = shard.buckets.borrow();
-        for bucket in found
-            .bucket_deletes
-            .iter()
-            .filter(|b| older_exists && !registry.contains_key(*b))
-        {
-            out.push((
-                Entry::BucketDelete {
-                    bucket: bucket.clone(),
-                },
-                Effect::Nothing,
-            ));
-        }
+    }
+    for bucket in found
+        .bucket_deletes
+        .iter()
+        .filter(|b| older_exists && !registry.contains_key(*b))
+    {
+        out.push((
+            Entry::BucketDelete {
+                bucket: bucket.clone(),
+            },
+            Effect::Nothing,
+        ));
     }
     out
 }
 
-async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<()> {
+/// Whether copying `entries` out of a segment holding `used` bytes of
+/// records frees enough: at least the share `LIVE_SHARE_LIMIT` leaves
+/// behind. Victims are chosen by live stream bytes alone; a segment full of
+/// images, tombstones and bucket records would otherwise be copied to the
+/// head again and again, each copy cleaned in turn, without end.
+fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
+    let mut scratch = Vec::new();
+    let copied: usize = entries
+        .iter()
+        .map(|(entry, _)| {
+            scratch.clear();
+            codec::encode(entry, &mut scratch);
+            format::framed_len(scratch.len())
+        })
+        .sum();
+    (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
+}
+
+/// What `clean` did with a victim.
+enum Cleaned {
+    Removed,
+    /// Its copies would be about as large as it: left in place.
+    NotWorthIt,
+}
+
+async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<Cleaned> {
     let data = read_segment(storage, victim, shard.config.segment_bytes).await?;
     let found = contents(&data);
     let older_exists = storage.list()?.iter().any(|&s| s < victim);
     let entries = copies(shard, victim, &data, &found, older_exists);
+    if !worth_copying(&entries, found.used) {
+        return Ok(Cleaned::NotWorthIt);
+    }
     if let Some(ticket) = shard.submit_entries(entries) {
         ticket.await.map_err(|e| std::io::Error::other(e.message))?;
     }
@@ -252,5 +310,6 @@ async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::
         ));
     }
     shard.segments.forget(victim);
-    storage.remove(victim).await
+    storage.remove(victim).await?;
+    Ok(Cleaned::Removed)
 }
