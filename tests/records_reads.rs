@@ -519,6 +519,15 @@ fn snapshot_by_record_resolves_to_that_records_first_byte() {
     assert!(r.header("stream-snapshot-digest").is_some());
     let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
     assert_eq!(latest.status, 307);
+    // "Snapshot and bootstrap responses SHOULD include Stream-Record-First
+    // and Stream-Record-Next": the publish and the redirect too.
+    for (what, reply) in [("publish", &r), ("latest", &latest)] {
+        let bounds = (
+            num(reply, "stream-record-first"),
+            num(reply, "stream-record-next"),
+        );
+        assert_eq!(bounds, (0, 5), "{what}");
+    }
     let location = latest.header("location").unwrap();
     assert!(
         location.ends_with(&format!("/snapshot/{}", acks[2])),

@@ -13,7 +13,7 @@ use super::Shard;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::response::not_found;
 use crate::protocol::snapshot::{self, Publish};
-use crate::protocol::{Request, Response};
+use crate::protocol::{Request, Response, records};
 use crate::stream::{Command, Snapshot, Table};
 
 fn blob_dir(shard: &Shard) -> PathBuf {
@@ -55,8 +55,29 @@ fn unavailable(e: &std::io::Error) -> Response {
     .header("retry-after", "1")
 }
 
-/// `{stream}/snapshot` and `{stream}/snapshot/{offset}`.
+/// `{stream}/snapshot` and `{stream}/snapshot/{offset}`. On a record-aware
+/// stream every answer carries its record bounds (extensions §6.10:
+/// "Snapshot and bootstrap responses SHOULD include Stream-Record-First and
+/// Stream-Record-Next").
 pub async fn serve(
+    shard: &Rc<Shard>,
+    head: &RequestHead,
+    body: &[u8],
+    key: &str,
+    bucket: &str,
+    offset: Option<&str>,
+) -> Response {
+    let reply = answer(shard, head, body, key, bucket, offset).await;
+    if reply.get_header("stream-record-first").is_some() {
+        return reply;
+    }
+    match shard.table.borrow().get_visible(key) {
+        Some(stream) => records::bounds_headers(stream, reply),
+        None => reply,
+    }
+}
+
+async fn answer(
     shard: &Rc<Shard>,
     head: &RequestHead,
     body: &[u8],
