@@ -24,6 +24,7 @@ pub fn reason(status: u16) -> &'static str {
         201 => "Created",
         204 => "No Content",
         304 => "Not Modified",
+        307 => "Temporary Redirect",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
@@ -131,6 +132,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_status_rill_sends_has_its_reason_phrase() {
+        let sent = [
+            100, 200, 201, 204, 304, 307, 400, 403, 404, 405, 408, 409, 410, 412,
+        ];
+        let more = [413, 429, 431, 500, 503, 505, 507];
+        for status in sent.into_iter().chain(more) {
+            assert_ne!(reason(status), "Unknown", "{status}");
+        }
+    }
+
+    #[test]
     fn every_response_carries_security_headers() {
         let mut out = Vec::new();
         encode(
@@ -142,6 +154,7 @@ mod tests {
         );
         let text = String::from_utf8(out).unwrap();
         assert!(text.starts_with("HTTP/1.1 404 Not Found\r\n"));
+        assert!(text.contains("\r\ndate: "));
         assert!(text.contains("x-content-type-options: nosniff\r\n"));
         assert!(text.contains("cross-origin-resource-policy: cross-origin\r\n"));
         assert!(text.contains("content-length: "));
