@@ -278,7 +278,8 @@ fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
             format::framed_len(scratch.len())
         })
         .sum();
-    (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
+    // A segment whose copies are nothing (empty, or all dead) always goes.
+    copied == 0 || (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
 }
 
 /// What `clean` did with a victim.
@@ -312,4 +313,37 @@ async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::
     shard.segments.forget(victim);
     storage.remove(victim).await?;
     Ok(Cleaned::Removed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket_creates(n: usize) -> Vec<(Entry, Effect)> {
+        (0..n)
+            .map(|i| {
+                let entry = Entry::BucketCreate {
+                    bucket: format!("bucket-{i:04}"),
+                    created_at_ms: 1,
+                };
+                (entry, Effect::Nothing)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_victim_must_free_half_of_itself_unless_nothing_is_copied() {
+        assert!(worth_copying(&[], 0), "an empty segment goes");
+        assert!(worth_copying(&[], 4096), "an all-dead segment goes");
+        let one = bucket_creates(1);
+        let mut scratch = Vec::new();
+        codec::encode(&one[0].0, &mut scratch);
+        let framed = format::framed_len(scratch.len());
+        assert!(worth_copying(&one, 2 * framed + 8));
+        assert!(!worth_copying(&one, 2 * framed), "copies as large as half");
+        assert!(
+            !worth_copying(&bucket_creates(10), 10 * framed),
+            "copies as large as it"
+        );
+    }
 }
