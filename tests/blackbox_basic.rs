@@ -726,3 +726,41 @@ fn every_response_has_a_date() {
         assert_eq!(fields[4].len(), 8, "{date}");
     }
 }
+
+#[test]
+fn racing_create_delete_and_append_on_one_stream_keep_the_shard_alive() {
+    // A delete and a re-create within one millisecond gave both
+    // incarnations the same id, and the old one's pending append then
+    // landed on the new one: a shard panicked in the commit path.
+    let s = Server::start(&["--cores", "2"]);
+    let path = new_stream_path();
+    type Request = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static [u8],
+    );
+    let requests: [Request; 3] = [
+        ("PUT", &[("Content-Type", TEXT)], b""),
+        ("DELETE", &[], b""),
+        ("POST", &[("Content-Type", TEXT)], b"x"),
+    ];
+    let workers: Vec<_> = requests
+        .into_iter()
+        .flat_map(|r| [r, r])
+        .map(|(method, headers, body)| {
+            let (addr, path) = (s.addr, path.clone());
+            thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                for _ in 0..400 {
+                    let r = c.request(method, &path, headers, body);
+                    assert!(r.status < 500, "{method}: {} {}", r.status, r.text());
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("every request answered");
+    }
+    assert!(!s.stderr().contains("panicked"), "{}", s.stderr());
+    assert_alive(&s);
+}

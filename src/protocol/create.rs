@@ -55,7 +55,8 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
         expires_at_ms: lifetime.expires_at_ms,
         closed,
         data,
-        now_ms: req.now_ms,
+        // Later than a deleted predecessor's creation: a distinct id.
+        now_ms: table.create_stamp(req.key, req.now_ms),
         attrs,
     };
     Ok(Action::Commit {

@@ -120,7 +120,8 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         Ok(config) => config,
         Err(reply) => return reply,
     };
-    let id = incarnation_id(req.key, req.now_ms);
+    let now_ms = shard.table.borrow().create_stamp(req.key, req.now_ms);
+    let id = incarnation_id(req.key, now_ms);
     let json = crate::protocol::content_type::is_json(&config.content_type);
     let _staging = Staging::begin(shard, id);
     let prefix = match copy(shard, req.key, id, json, &rx).await {
@@ -142,7 +143,7 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         closed: request.closed,
         start: plan.anchor,
         data,
-        now_ms: req.now_ms,
+        now_ms,
         attrs: request.attrs.clone(),
         origin: fork::origin(&request, &plan),
         retained: plan.retained,

@@ -280,7 +280,18 @@ pub fn start(config: Arc<Config>, data: &crate::datadir::DataDir) -> Result<Star
         );
         let handle = std::thread::Builder::new()
             .name(format!("rill-shard-{index}"))
-            .spawn(move || listener::run_shard(index, config, mesh, listener, inbox, dir, startup))
+            .spawn(move || {
+                let run =
+                    || listener::run_shard(index, config, mesh, listener, inbox, dir, startup);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+                    // A panic outside a connection (the writer, a commit, the
+                    // cleaner) leaves the shard's state unknown and its
+                    // clients hanging: end the process so the supervisor
+                    // restarts it and recovery rebuilds from the log.
+                    crate::error!(shard = index, "shard panicked; aborting the process");
+                    std::process::abort();
+                }
+            })
             .map_err(|e| format!("cannot start shard {index}: {e}"))?;
         handles.push(handle);
     }

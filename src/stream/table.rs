@@ -24,7 +24,16 @@ pub struct Table {
     /// Index memory of all streams and its limit (`budget.rs`).
     pub(super) index_used: u64,
     pub(super) index_budget: u64,
+    /// When the last deleted incarnation of each recently deleted key was
+    /// created: a re-create in that same millisecond would otherwise get
+    /// the same incarnation id (`incarnation_id` hashes key and time), and
+    /// the old incarnation's pending effects would land on the new one.
+    retired: HashMap<String, u64>,
 }
+
+/// Retired keys kept before the oldest are pruned (a re-create can only
+/// collide within the millisecond its predecessor was created).
+const RETIRED_KEEP: usize = 4096;
 
 impl Default for Table {
     fn default() -> Self {
@@ -108,7 +117,29 @@ impl Table {
             fork_refs: HashMap::new(),
             index_used: 0,
             index_budget: u64::MAX,
+            retired: HashMap::new(),
         }
+    }
+
+    /// The creation time to stamp on a new incarnation of `key` decided at
+    /// `now_ms`: later than its deleted predecessor's, so their ids differ.
+    /// The command carries it, so recovery derives the same id.
+    pub fn create_stamp(&self, key: &str, now_ms: u64) -> u64 {
+        match self.retired.get(key) {
+            Some(&previous) if previous >= now_ms => previous + 1,
+            _ => now_ms,
+        }
+    }
+
+    fn retire(&mut self, key: &str, created_at_ms: u64) {
+        if self.retired.len() >= RETIRED_KEEP {
+            let horizon = created_at_ms.saturating_sub(1000);
+            self.retired.retain(|_, created| *created >= horizon);
+            if self.retired.len() >= RETIRED_KEEP {
+                self.retired.clear();
+            }
+        }
+        self.retired.insert(key.to_string(), created_at_ms);
     }
 
     /// Adds a stream rebuilt by recovery (durable, nothing cached).
@@ -338,6 +369,7 @@ impl Table {
                 if let Some(stream) = &removed {
                     self.cache.forget(stream);
                     self.count_fork(stream, false);
+                    self.retire(&key, stream.created_at_ms);
                 }
                 let done = Applied {
                     key: key.clone(),
@@ -734,5 +766,24 @@ mod tests {
         table.apply(newer);
         assert!(!table.publish(&old, None));
         assert!(table.get_visible("k").is_none());
+    }
+
+    #[test]
+    fn a_re_create_in_its_predecessors_millisecond_is_stamped_later() {
+        let mut table = Table::default();
+        assert_eq!(table.create_stamp("k", 5), 5, "nothing retired");
+        table.apply(create("k", b"a"));
+        let id = table.get("k").unwrap().id;
+        table.apply(Command::Delete {
+            key: "k".into(),
+            stream_id: id,
+        });
+        // The predecessor was created at 5: a create decided at 5 (or at an
+        // earlier reading of the clock) is stamped 6, so its id differs.
+        assert_eq!(table.create_stamp("k", 5), 6);
+        assert_eq!(table.create_stamp("k", 4), 6);
+        assert_eq!(table.create_stamp("k", 9), 9);
+        assert_eq!(table.create_stamp("other", 5), 5);
+        assert_ne!(incarnation_id("k", 6), id);
     }
 }
