@@ -37,6 +37,10 @@ pub struct Rebuild {
     /// The offsets each producer's latest appends wrote, by (stream id,
     /// producer id), with their epoch, so a retry answers its range.
     ranges: HashMap<(u64, String), (u64, RecentWrites)>,
+    /// Where each producer sits in its stream's `meta.producers`, by stream
+    /// key: a linear search per record made a log of many producers
+    /// quadratic to recover. Dropped whenever the key's meta is replaced.
+    producer_slots: HashMap<String, HashMap<String, usize>>,
 }
 
 impl Rebuild {
@@ -64,6 +68,7 @@ impl Rebuild {
                 self.place(stream_id, start, &data, location, json);
             }
             Entry::Image(image) => {
+                self.producer_slots.remove(&image.key);
                 self.meta.insert(image.key.clone(), *image);
             }
         }
@@ -106,6 +111,7 @@ impl Rebuild {
                     fork: None,
                     soft_deleted: false,
                 };
+                self.producer_slots.remove(&key);
                 self.meta.insert(key, image);
             }
             Command::Fork {
@@ -186,7 +192,8 @@ impl Rebuild {
                     meta.closed_by = producer.clone();
                 }
                 meta.last_write_ms = now_ms;
-                record_producer(meta, producer);
+                let slots = self.producer_slots.entry(key).or_default();
+                record_producer(meta, slots, producer);
             }
             Command::Close {
                 key,
@@ -202,7 +209,8 @@ impl Rebuild {
                     meta.closed = true;
                     meta.closed_by = producer.clone();
                 }
-                record_producer(meta, producer);
+                let slots = self.producer_slots.entry(key).or_default();
+                record_producer(meta, slots, producer);
             }
             Command::Retain {
                 key,
@@ -241,6 +249,7 @@ impl Rebuild {
                     .is_some_and(|m| m.stream_id == stream_id)
                 {
                     self.meta.remove(&key);
+                    self.producer_slots.remove(&key);
                 }
                 self.placed.remove(&stream_id);
                 self.ranges.retain(|(id, _), _| *id != stream_id);
@@ -314,11 +323,29 @@ fn content_is_json(meta: &StreamImage) -> bool {
     crate::protocol::content_type::is_json(&meta.content_type)
 }
 
-fn record_producer(meta: &mut StreamImage, producer: Option<ProducerWrite>) {
+/// Records a producer's latest write in `meta`; `slots` indexes
+/// `meta.producers` (rebuilt from it when it does not cover it).
+fn record_producer(
+    meta: &mut StreamImage,
+    slots: &mut HashMap<String, usize>,
+    producer: Option<ProducerWrite>,
+) {
     let Some(p) = producer else { return };
-    match meta.producers.iter_mut().find(|q| q.id == p.id) {
-        Some(existing) => *existing = p,
-        None => meta.producers.push(p),
+    if slots.len() != meta.producers.len() {
+        slots.clear();
+        slots.extend(
+            meta.producers
+                .iter()
+                .enumerate()
+                .map(|(i, q)| (q.id.clone(), i)),
+        );
+    }
+    match slots.get(&p.id) {
+        Some(&i) => meta.producers[i] = p,
+        None => {
+            slots.insert(p.id.clone(), meta.producers.len());
+            meta.producers.push(p);
+        }
     }
 }
 
