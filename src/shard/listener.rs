@@ -302,7 +302,13 @@ async fn refuse(mut socket: monoio::net::TcpStream) {
     conn::write_bytes(&mut socket, out).await;
 }
 
+/// At most one accept error is logged per this interval (with how many
+/// were not): out of descriptors, every accept fails for as long as it lasts.
+const ACCEPT_ERROR_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns: &Rc<Conns>) {
+    let mut last_logged: Option<std::time::Instant> = None;
+    let mut unlogged = 0u64;
     while !shard.stopping.get() {
         let seen = shard.stop.generation();
         monoio::select! {
@@ -318,7 +324,15 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                 }
                 Err(e) => {
                     // EMFILE and friends: back off instead of spinning.
-                    crate::warn!(shard = shard.index, "accept: {e}");
+                    if last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_ERROR_LOG_EVERY) {
+                        crate::warn!(
+                            shard = shard.index,
+                            "accept: {e} ({unlogged} more since the last such line)"
+                        );
+                        (last_logged, unlogged) = (Some(std::time::Instant::now()), 0);
+                    } else {
+                        unlogged += 1;
+                    }
                     monoio::time::sleep(std::time::Duration::from_millis(20)).await;
                 }
             },
