@@ -131,7 +131,8 @@ OPTIONS:
     --max-body-bytes N          largest request body; larger gets 413 [default: 33554432]
     --max-head-bytes N          largest request head; larger gets 431 [default: 32768]
     --max-headers N             most request headers; more gets 431 [default: 100]
-    --idle-timeout-ms MS        idle keep-alive connections close, stalled requests get 408 [default: 60000]
+    --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
+                                whole within it and a stalled body gets 408 [default: 60000]
     --fsync POLICY              always: acknowledge after fdatasync; interval:MS: acknowledge
                                 after the write and sync every MS (may lose MS of writes on a
                                 crash) [default: always]

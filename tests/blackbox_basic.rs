@@ -764,3 +764,39 @@ fn racing_create_delete_and_append_on_one_stream_keep_the_shard_alive() {
     assert!(!s.stderr().contains("panicked"), "{}", s.stderr());
     assert_alive(&s);
 }
+
+#[test]
+fn a_head_trickled_a_byte_at_a_time_gets_408_within_the_idle_timeout() {
+    // Slowloris: each byte comes well within the idle timeout, but the
+    // whole head must arrive within it, or a few clients hold every slot.
+    let s = Server::start(&["--idle-timeout-ms", "1000"]);
+    let mut c = Conn::open(s.addr);
+    c.stream
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let head =
+        b"GET /v1/health/live HTTP/1.1\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    let mut answer = Vec::new();
+    for byte in head {
+        // The server may have answered and closed: then the write fails,
+        // and what it sent is still there to read.
+        let sent = c.try_send_raw(&[*byte]).is_ok();
+        thread::sleep(Duration::from_millis(150));
+        let mut chunk = [0u8; 512];
+        if let Ok(n) = std::io::Read::read(&mut c.stream, &mut chunk) {
+            answer.extend_from_slice(&chunk[..n]);
+            if n == 0 || answer.ends_with(b"}}") {
+                break;
+            }
+        }
+        if !sent {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(
+        text.starts_with("HTTP/1.1 408"),
+        "answered {text:?} to a trickled head"
+    );
+    assert_alive(&s);
+}

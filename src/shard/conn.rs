@@ -172,16 +172,26 @@ async fn read_head(
     limits: &Limits,
     idle: Duration,
 ) -> HeadRead {
+    // Once a head has begun, all of it must arrive within `idle`: a client
+    // sending a byte now and then must not hold a connection slot forever.
+    let mut begun = (!buf.is_empty()).then(std::time::Instant::now);
     loop {
         match parse_head(buf, limits) {
             Ok(Some(head)) => return HeadRead::Head(head),
             Ok(None) => {}
             Err(e) => return HeadRead::Fail(http_error(&e)),
         }
-        match fill(socket, buf, idle).await {
+        let wait = begun.map_or(idle, |at| idle.saturating_sub(at.elapsed()));
+        // A timed-out read drops the buffer it was given: ask before.
+        let partial = !buf.is_empty();
+        let filled = fill(socket, buf, wait).await;
+        if begun.is_none() && !buf.is_empty() {
+            begun = Some(std::time::Instant::now());
+        }
+        match filled {
             Fill::Data => {}
             Fill::Eof => return HeadRead::Closed,
-            Fill::Timeout if buf.is_empty() => return HeadRead::Closed,
+            Fill::Timeout if !partial => return HeadRead::Closed,
             Fill::Timeout => {
                 return HeadRead::Fail(Response::error(
                     408,
