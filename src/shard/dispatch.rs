@@ -72,6 +72,7 @@ pub async fn handle(
         } if resource == "snapshot" || resource.starts_with("snapshot/") => {
             let at = resource.strip_prefix("snapshot/");
             let reply = snapshot::serve(shard, head, &body, &key, &bucket, at).await;
+            let reply = snapshot::with_record_bounds(shard, &key, reply);
             advertised(shard, &key, reply)
         }
         Target::StreamExtension {

@@ -55,19 +55,10 @@ fn unavailable(e: &std::io::Error) -> Response {
     .header("retry-after", "1")
 }
 
-/// `{stream}/snapshot` and `{stream}/snapshot/{offset}`. On a record-aware
-/// stream every answer carries its record bounds (extensions §6.10:
-/// "Snapshot and bootstrap responses SHOULD include Stream-Record-First and
-/// Stream-Record-Next").
-pub async fn serve(
-    shard: &Rc<Shard>,
-    head: &RequestHead,
-    body: &[u8],
-    key: &str,
-    bucket: &str,
-    offset: Option<&str>,
-) -> Response {
-    let reply = answer(shard, head, body, key, bucket, offset).await;
+/// On a record-aware stream every snapshot answer carries its record
+/// bounds (extensions §6.10: "Snapshot and bootstrap responses SHOULD
+/// include Stream-Record-First and Stream-Record-Next").
+pub fn with_record_bounds(shard: &Shard, key: &str, reply: Response) -> Response {
     if reply.get_header("stream-record-first").is_some() {
         return reply;
     }
@@ -77,7 +68,8 @@ pub async fn serve(
     }
 }
 
-async fn answer(
+/// `{stream}/snapshot` and `{stream}/snapshot/{offset}`.
+pub async fn serve(
     shard: &Rc<Shard>,
     head: &RequestHead,
     body: &[u8],
