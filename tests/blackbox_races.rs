@@ -1,0 +1,207 @@
+//! Black-box tests of requests racing on one stream: a close against
+//! concurrent appends (none acknowledged after the close, none lost before
+//! it), and creates, deletes and appends of one stream at once (the shard
+//! stays up and answers all of them).
+
+mod blackbox_helpers;
+mod common;
+
+use blackbox_helpers::*;
+use common::{Conn, Server, req};
+use std::collections::HashMap;
+use std::sync::{Arc, Barrier, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+// ---- append / close race ----------------------------------------------------------
+
+#[derive(Debug)]
+struct Attempt {
+    payload: Vec<u8>,
+    started: Instant,
+    status: u16,
+    offset: Option<String>,
+}
+
+#[test]
+fn close_races_with_concurrent_appends() {
+    const WRITERS: usize = 8;
+    const MAX_PER_WRITER: usize = 400;
+    let s = Server::start(&[]);
+    let addr = s.addr;
+    let path = new_stream_path();
+    create(&s, &path, OCTET);
+
+    let close_acked: Arc<Mutex<Option<Instant>>> = Arc::new(Mutex::new(None));
+    let start = Arc::new(Barrier::new(WRITERS + 1));
+    let mut writers = Vec::new();
+    for w in 0..WRITERS {
+        let (path, close_acked, start) = (path.clone(), close_acked.clone(), start.clone());
+        writers.push(thread::spawn(move || {
+            let mut c = Conn::open(addr);
+            let mut attempts = Vec::new();
+            let mut refused_after_close = 0;
+            start.wait();
+            let deadline = Instant::now() + Duration::from_secs(8);
+            for n in 0..MAX_PER_WRITER {
+                if Instant::now() > deadline || refused_after_close >= 3 {
+                    break;
+                }
+                let payload = format!("<w{w}:{n:04}>").into_bytes();
+                let started = Instant::now();
+                let r = match c.try_request("POST", &path, &[("Content-Type", OCTET)], &payload) {
+                    Ok(r) => r,
+                    Err(e) => panic!("writer {w} append {n}: {e}"),
+                };
+                let closes = r
+                    .header("connection")
+                    .is_some_and(|v| v.eq_ignore_ascii_case("close"));
+                let acked = *close_acked.lock().unwrap();
+                if acked.is_some_and(|t| started > t) {
+                    refused_after_close += 1;
+                }
+                attempts.push(Attempt {
+                    payload,
+                    started,
+                    status: r.status,
+                    offset: r.header("stream-next-offset").map(str::to_string),
+                });
+                if closes {
+                    c = Conn::open(addr);
+                }
+            }
+            attempts
+        }));
+    }
+
+    start.wait();
+    thread::sleep(Duration::from_millis(30));
+    let close = req(
+        addr,
+        "POST",
+        &path,
+        &[("Content-Type", OCTET), ("Stream-Closed", "true")],
+        b"",
+    );
+    let acked_at = Instant::now();
+    *close_acked.lock().unwrap() = Some(acked_at);
+    assert!(
+        (200..300).contains(&close.status),
+        "close: {} {:?}",
+        close.status,
+        close.headers
+    );
+
+    let attempts: Vec<Attempt> = writers
+        .into_iter()
+        .flat_map(|h| h.join().expect("writer thread panicked"))
+        .collect();
+
+    let mut acked: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut after_close = 0;
+    for a in &attempts {
+        match a.status {
+            204 => {
+                assert!(
+                    a.started <= acked_at,
+                    "append {:?} started after the close was acknowledged but got 204",
+                    String::from_utf8_lossy(&a.payload)
+                );
+                let off = a.offset.clone().expect("204 without Stream-Next-Offset");
+                acked.push((off, a.payload.clone()));
+            }
+            409 => {}
+            other => panic!(
+                "append {:?} got {other} (only 204 or 409 allowed)",
+                String::from_utf8_lossy(&a.payload)
+            ),
+        }
+        if a.started > acked_at {
+            after_close += 1;
+            assert_eq!(a.status, 409, "append after close must be 409");
+        }
+    }
+    assert!(
+        after_close > 0,
+        "no append started after the close; race not exercised"
+    );
+
+    let h = req(addr, "HEAD", &path, &[], b"");
+    assert_eq!(h.status, 200);
+    assert_eq!(
+        h.header("stream-closed")
+            .map(str::to_ascii_lowercase)
+            .as_deref(),
+        Some("true"),
+        "HEAD after close: {:?}",
+        h.headers
+    );
+
+    // Offsets are unique and their order is the order of the bytes.
+    acked.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut seen = HashMap::new();
+    for (off, p) in &acked {
+        if let Some(prev) = seen.insert(off.clone(), p.clone()) {
+            panic!(
+                "two appends got offset {off}: {:?} and {:?}",
+                String::from_utf8_lossy(&prev),
+                String::from_utf8_lossy(p)
+            );
+        }
+    }
+    let expected: Vec<u8> = acked.iter().flat_map(|(_, p)| p.clone()).collect();
+    let mut body = Vec::new();
+    let mut offset = "-1".to_string();
+    for _ in 0..1000 {
+        let r = read_from(addr, &path, &offset);
+        body.extend_from_slice(&r.body);
+        if r.body.is_empty() || is_up_to_date(&r) {
+            break;
+        }
+        offset = next_offset(&r);
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&body),
+        String::from_utf8_lossy(&expected),
+        "stream content must be exactly the acknowledged appends in offset order ({} acked)",
+        acked.len()
+    );
+}
+
+#[test]
+fn racing_create_delete_and_append_on_one_stream_keep_the_shard_alive() {
+    // A delete and a re-create within one millisecond gave both
+    // incarnations the same id, and the old one's pending append then
+    // landed on the new one: a shard panicked in the commit path.
+    let s = Server::start(&["--cores", "2"]);
+    let path = new_stream_path();
+    type Request = (
+        &'static str,
+        &'static [(&'static str, &'static str)],
+        &'static [u8],
+    );
+    let requests: [Request; 3] = [
+        ("PUT", &[("Content-Type", TEXT)], b""),
+        ("DELETE", &[], b""),
+        ("POST", &[("Content-Type", TEXT)], b"x"),
+    ];
+    let workers: Vec<_> = requests
+        .into_iter()
+        .flat_map(|r| [r, r])
+        .map(|(method, headers, body)| {
+            let (addr, path) = (s.addr, path.clone());
+            thread::spawn(move || {
+                let mut c = Conn::open(addr);
+                for _ in 0..400 {
+                    let r = c.request(method, &path, headers, body);
+                    assert!(r.status < 500, "{method}: {} {}", r.status, r.text());
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("every request answered");
+    }
+    assert!(!s.stderr().contains("panicked"), "{}", s.stderr());
+    assert_alive(&s);
+}
