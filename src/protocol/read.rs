@@ -320,9 +320,10 @@ pub fn catch_up(
 /// Whether an `If-None-Match` value matches `tag` (RFC 9110 §13.1.2): `*`,
 /// or any entity tag of the list by weak comparison (`W/` ignored).
 fn etag_matches(header: &str, tag: &str) -> bool {
-    let opaque = |t: &str| t.trim().trim_start_matches("W/").to_string();
-    let ours = opaque(tag);
-    header.trim() == "*" || header.split(',').any(|t| opaque(t) == ours)
+    fn opaque(tag: &str) -> &str {
+        tag.trim().trim_start_matches("W/")
+    }
+    header.trim() == "*" || header.split(',').any(|t| opaque(t) == opaque(tag))
 }
 
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
