@@ -347,6 +347,38 @@ fn two_hundred_headers_is_431() {
     assert_alive(&s);
 }
 
+/// RFC 9112 §3.2: 400 for an HTTP/1.1 request without Host, and for any
+/// request with two Host fields; nothing is appended.
+#[test]
+fn missing_or_repeated_host_is_400() {
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    create(&s, &path, TEXT);
+    let post = |host_lines: &str| {
+        format!(
+            "POST {path} HTTP/1.1\r\n{host_lines}Content-Type: {TEXT}\r\nContent-Length: 1\r\n\r\nx"
+        )
+    };
+    for (host_lines, what) in [("", "no Host"), ("Host: a\r\nHost: b\r\n", "two Hosts")] {
+        let mut c = Conn::open(s.addr);
+        c.send_raw(post(host_lines).as_bytes());
+        let r = c.read_response();
+        assert_eq!(r.status, 400, "{what}");
+        assert!(
+            r.text().contains("Host"),
+            "{what}: a JSON error naming Host"
+        );
+    }
+    let mut c = Conn::open(s.addr);
+    c.send_raw(post("Host: a\r\n").as_bytes());
+    assert_eq!(c.read_response().status, 204, "one Host");
+    assert_eq!(
+        read_from(s.addr, &path, "-1").text(),
+        "x",
+        "only that one appended"
+    );
+}
+
 #[test]
 fn content_length_over_body_limit_is_413() {
     let s = Server::start(&["--max-body-bytes", "1048576"]);

@@ -94,6 +94,8 @@ pub struct RequestHead {
     pub body: BodyKind,
     pub expect_continue: bool,
     pub keep_alive: bool,
+    /// HTTP/1.1 (else HTTP/1.0).
+    pub http11: bool,
     /// Bytes of the head including the final CRLFCRLF.
     pub head_len: usize,
 }
@@ -272,8 +274,29 @@ fn build_head(
         headers,
         body,
         keep_alive,
+        http11,
         head_len,
     })
+}
+
+/// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host field, and no
+/// request may carry two or an invalid one (the server answers 400).
+pub fn check_host(head: &RequestHead) -> Result<(), HttpError> {
+    let mut hosts = header_values(&head.headers, "host");
+    match (hosts.next(), hosts.next()) {
+        (None, _) if head.http11 => Err(HttpError::Malformed("missing Host header")),
+        (None, _) => Ok(()),
+        (Some(_), Some(_)) => Err(HttpError::Malformed("more than one Host header")),
+        (Some(host), None) if valid_host(host) => Ok(()),
+        (Some(_), None) => Err(HttpError::Malformed("invalid Host header")),
+    }
+}
+
+/// `uri-host [ ":" port ]` (RFC 3986 §3.2.2): registered names, IPv4 and
+/// bracketed IPv6 literals use only these characters; empty is allowed.
+fn valid_host(host: &str) -> bool {
+    host.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b))
 }
 
 /// Splits the request target into (raw path, raw query).
@@ -508,6 +531,24 @@ mod tests {
         );
         assert!(h.body == BodyKind::None && h.keep_alive && !h.expect_continue);
         assert_eq!(h.head_len, req.len() - 4);
+    }
+
+    #[test]
+    fn host_rules_of_rfc_9112() {
+        let check = |s: &str| check_host(&ok(s));
+        assert_eq!(
+            check("GET / HTTP/1.1\r\nHost: a.example:80\r\n\r\n"),
+            Ok(())
+        );
+        assert_eq!(check("GET / HTTP/1.1\r\nHost: [::1]:4437\r\n\r\n"), Ok(()));
+        assert_eq!(check("GET / HTTP/1.1\r\nHost:\r\n\r\n"), Ok(()));
+        assert_eq!(check("GET / HTTP/1.0\r\n\r\n"), Ok(()));
+        let missing = check("GET / HTTP/1.1\r\n\r\n");
+        assert_eq!(missing, Err(Malformed("missing Host header")));
+        let two = check("GET / HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n");
+        assert_eq!(two, Err(Malformed("more than one Host header")));
+        let bad = check("GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n");
+        assert_eq!(bad, Err(Malformed("invalid Host header")));
     }
 
     #[test]

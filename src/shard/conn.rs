@@ -18,7 +18,9 @@ use monoio::net::TcpStream;
 use super::mesh::MeshMsg;
 use super::{Shard, dispatch, placement};
 use crate::http::chunked::ChunkedDecoder;
-use crate::http::parse::{BodyKind, HttpError, Limits, Method, RequestHead, parse_head};
+use crate::http::parse::{
+    BodyKind, HttpError, Limits, Method, RequestHead, check_host, parse_head,
+};
 use crate::http::render::{self, Framing};
 use crate::metrics::{Counter, Route};
 use crate::protocol::{Response, router};
@@ -177,7 +179,12 @@ async fn read_head(
     let mut begun = (!buf.is_empty()).then(std::time::Instant::now);
     loop {
         match parse_head(buf, limits) {
-            Ok(Some(head)) => return HeadRead::Head(head),
+            Ok(Some(head)) => {
+                return match check_host(&head) {
+                    Ok(()) => HeadRead::Head(head),
+                    Err(e) => HeadRead::Fail(http_error(&e)),
+                };
+            }
             Ok(None) => {}
             Err(e) => return HeadRead::Fail(http_error(&e)),
         }
