@@ -83,6 +83,10 @@ pub struct Config {
     /// Memory for message ends and log locations over all shards; writes
     /// of new messages beyond get 503 until retention or deletes free some.
     pub max_index_bytes: u64,
+    /// Longest `Producer-Id`; longer ones get 431.
+    pub max_producer_id_bytes: usize,
+    /// Producer ids one stream remembers; appends of a new one beyond get 429.
+    pub max_producers_per_stream: usize,
 }
 
 impl Default for Config {
@@ -110,6 +114,8 @@ impl Default for Config {
             shutdown_timeout_ms: 10_000,
             access_log: false,
             max_index_bytes: 1 << 30,
+            max_producer_id_bytes: 256,
+            max_producers_per_stream: 10_000,
         }
     }
 }
@@ -151,9 +157,13 @@ OPTIONS:
                                 and the log to be synced; past it rill exits with status 1
                                 [default: 10000]
     --max-index-bytes N         memory for message ends and log locations over all shards
-                                (8 B per retained message, 32 B per append); new messages
+                                (8 B per retained message, 24 B per append); new messages
                                 beyond get 503 until retention or deletes free some
                                 [default: 1073741824]
+    --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
+    --max-producers-per-stream N
+                                producer ids a stream remembers (about 300 B each plus the
+                                id); an append of a new one beyond gets 429 [default: 10000]
     --access-log BOOL           true: log one line per answered request (method, path,
                                 status, microseconds) [default: false]
     -h, --help                  print this help
@@ -219,6 +229,8 @@ pub const SETTINGS: &[Setting] = &[
     setting!("shutdown-timeout-ms", shutdown_timeout_ms),
     setting!("access-log", access_log),
     setting!("max-index-bytes", max_index_bytes),
+    setting!("max-producer-id-bytes", max_producer_id_bytes),
+    setting!("max-producers-per-stream", max_producers_per_stream),
 ];
 
 fn setting(name: &str) -> Option<&'static Setting> {

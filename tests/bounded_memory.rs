@@ -165,3 +165,39 @@ fn sse_catch_up_from_the_log() {
     }
     assert_eq!(received.as_bytes(), w.data.as_slice());
 }
+
+/// Producer state is bounded by `--max-producer-id-bytes` (431) and
+/// `--max-producers-per-stream` (429 for a new id; known ids go on), also
+/// after a restart rebuilt the producers from the log.
+#[test]
+fn producer_state_is_bounded() {
+    let mut s = Server::start(&[
+        "--max-producer-id-bytes",
+        "8",
+        "--max-producers-per-stream",
+        "2",
+    ]);
+    let path = "/v1/stream/producer-bounds";
+    let text = ("content-type", "text/plain");
+    assert_eq!(req(s.addr, "PUT", path, &[text], b"").status, 201);
+    let post = |s: &Server, id: &str, seq: &str| {
+        let headers = [
+            text,
+            ("producer-id", id),
+            ("producer-epoch", "0"),
+            ("producer-seq", seq),
+        ];
+        req(s.addr, "POST", path, &headers, b"x")
+    };
+    let long = post(&s, "123456789", "0");
+    assert_eq!(long.status, 431, "{}", long.text());
+    assert!(long.text().contains("producer_id_too_long"));
+    assert_eq!(post(&s, "12345678", "0").status, 200);
+    assert_eq!(post(&s, "b", "0").status, 200);
+    s.restart();
+    let third = post(&s, "c", "0");
+    assert_eq!(third.status, 429, "{}", third.text());
+    assert!(third.text().contains("too_many_producers"));
+    assert_eq!(post(&s, "b", "1").status, 200, "a known producer goes on");
+    assert_eq!(post(&s, "b", "1").status, 204, "and is deduplicated");
+}

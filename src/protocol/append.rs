@@ -28,7 +28,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         let stream = table
             .get(req.key)
             .ok_or_else(|| not_found("stream not found"))?;
-        return close_only(req, stream, producer);
+        return close_only(req, table, stream, producer);
     }
     let ct = req
         .head
@@ -53,7 +53,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     }
     let data = canonical(stream, req.body)?;
     if let Some(p) = &producer {
-        check_producer(stream, p)?;
+        check_producer(table, stream, p)?;
     }
     records::check_match(req, stream)?;
     if table.index_full() {
@@ -132,9 +132,29 @@ fn no_records(stream: &Stream, reply: Response) -> Response {
     records::ack(stream, reply, tail, tail)
 }
 
-/// Maps the producer decision table (§5.2.1) to its error responses.
-fn check_producer(stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
-    match decide_producer(stream.producers.get(&p.id), p.epoch, p.seq) {
+/// Maps the producer decision table (§5.2.1) to its error responses, after
+/// the bounds on producer state (`ProducerLimits`).
+fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
+    let state = stream.producers.get(&p.id);
+    let limits = table.producer_limits();
+    if p.id.len() > limits.max_id_bytes {
+        return Err(Response::error(
+            431,
+            "producer_id_too_long",
+            &format!("Producer-Id is longer than {} bytes", limits.max_id_bytes),
+        ));
+    }
+    if state.is_none() && stream.producers.len() >= limits.max_per_stream {
+        return Err(Response::error(
+            429,
+            "too_many_producers",
+            &format!(
+                "the stream already remembers {} producers (the limit)",
+                limits.max_per_stream
+            ),
+        ));
+    }
+    match decide_producer(state, p.epoch, p.seq) {
         ProducerDecision::Accept => Ok(()),
         ProducerDecision::Duplicate { last_seq } => {
             let reply = with_producer(Response::new(204), Some(p), Some(last_seq));
@@ -202,6 +222,7 @@ fn check_stream_seq(req: &Request, stream: &Stream) -> Result<Option<String>, Re
 /// POST `Stream-Closed: true` with an empty body: close, idempotently.
 fn close_only(
     req: &Request,
+    table: &Table,
     stream: &Stream,
     producer: Option<ProducerWrite>,
 ) -> Result<Action, Response> {
@@ -216,7 +237,7 @@ fn close_only(
         return Ok(Action::Reply(no_records(stream, reply)));
     }
     if let Some(p) = &producer {
-        check_producer(stream, p)?;
+        check_producer(table, stream, p)?;
     }
     // §6.4: the writer's expected record tail holds for a close too.
     records::check_match(req, stream)?;

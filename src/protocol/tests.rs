@@ -273,6 +273,36 @@ fn producer_table_end_to_end() {
     );
 }
 
+/// Producer state is bounded: ids longer than the limit get 431, a new id
+/// past the per-stream count gets 429 (known ids go on, duplicates too).
+#[test]
+fn producer_limits() {
+    let mut h = Harness::new();
+    h.table
+        .set_producer_limits(crate::stream::budget::ProducerLimits {
+            max_id_bytes: 4,
+            max_per_stream: 2,
+        });
+    text(&mut h);
+    let as_id = |id: &'static str, seq: &'static str| {
+        let mut headers = producer("0", seq);
+        headers[1] = ("producer-id", id);
+        headers
+    };
+    let long = h.reply("POST", KEY, &as_id("abcde", "0"), b"x");
+    let code = |r: &Response| String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!(long.status, 431);
+    assert!(code(&long).contains("\"producer_id_too_long\""));
+    assert_eq!(h.reply("POST", KEY, &as_id("abcd", "0"), b"a").status, 200);
+    assert_eq!(h.reply("POST", KEY, &as_id("b", "0"), b"b").status, 200);
+    let third = h.reply("POST", KEY, &as_id("c", "0"), b"c");
+    assert_eq!(third.status, 429);
+    assert!(code(&third).contains("\"too_many_producers\""));
+    assert_eq!(h.reply("POST", KEY, &as_id("b", "1"), b"c").status, 200);
+    assert_eq!(h.reply("POST", KEY, &as_id("b", "1"), b"c").status, 204);
+    assert_eq!(h.data(KEY), b"abc");
+}
+
 #[test]
 fn closure_rules() {
     let mut h = Harness::new();

@@ -11,6 +11,26 @@
 use super::state::Stream;
 use super::table::Table;
 
+/// Bounds on idempotent producers' state (PROTOCOL.md §5.2.1 keeps one
+/// entry per producer id for the stream's lifetime): without them a
+/// client could grow a stream's memory without end with new or long ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerLimits {
+    /// Longest `Producer-Id`, in bytes (431 beyond).
+    pub max_id_bytes: usize,
+    /// Producer ids one stream remembers; a new id beyond gets 429.
+    pub max_per_stream: usize,
+}
+
+impl Default for ProducerLimits {
+    fn default() -> Self {
+        ProducerLimits {
+            max_id_bytes: 256,
+            max_per_stream: 10_000,
+        }
+    }
+}
+
 /// Memory of one message end and of one extent.
 pub const END_BYTES: u64 = 8;
 pub const EXTENT_BYTES: u64 = 16;
@@ -26,6 +46,14 @@ impl Table {
     /// This shard's share of `--max-index-bytes`.
     pub fn set_index_budget(&mut self, bytes: u64) {
         self.index_budget = bytes;
+    }
+
+    pub fn set_producer_limits(&mut self, limits: ProducerLimits) {
+        self.producer_limits = limits;
+    }
+
+    pub fn producer_limits(&self) -> ProducerLimits {
+        self.producer_limits
     }
 
     /// Index memory of every stream of the table.

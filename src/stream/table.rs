@@ -24,6 +24,7 @@ pub struct Table {
     /// Index memory of all streams and its limit (`budget.rs`).
     pub(super) index_used: u64,
     pub(super) index_budget: u64,
+    pub(super) producer_limits: super::budget::ProducerLimits,
     /// When the last deleted incarnation of each recently deleted key was
     /// created: a re-create in that same millisecond would otherwise get
     /// the same incarnation id (`incarnation_id` hashes key and time), and
@@ -117,6 +118,7 @@ impl Table {
             fork_refs: HashMap::new(),
             index_used: 0,
             index_budget: u64::MAX,
+            producer_limits: Default::default(),
             retired: HashMap::new(),
         }
     }
