@@ -406,6 +406,51 @@ fn deduplicated_retry_of_an_older_sequence_returns_its_original_range() {
     assert_eq!(first_next(&s, &path), (0, 6));
 }
 
+#[test]
+fn deduplicated_retry_after_retention_returns_its_original_range() {
+    // §6.3 / §6.13: "A deduplicated append returns its original ordinal
+    // range", also once retention reclaimed the index entries it began in.
+    let mut s = start();
+    let path = bucketed("producer-retained");
+    create(&s, &path, b"");
+    let bodies: [&[u8]; 2] = [b"[1,2,3]", b"4"];
+    for (seq, want) in [(0, (0, 3)), (1, (3, 4))] {
+        let r = producer_post(&s, &path, "r", seq, bodies[seq as usize]);
+        assert_eq!(acked(&r, "first send"), want);
+    }
+    assert_eq!(append_range(&s, &path, b"[5,6]"), (4, 6));
+    let retain = |s: &Server, record: u64| {
+        for what in ["snapshot", "retention"] {
+            let target = format!("{path}/{what}?record={record}");
+            let r = req(
+                s.addr,
+                "PUT",
+                &target,
+                &[("Content-Type", "text/plain")],
+                b"S",
+            );
+            assert_eq!(r.status, 204, "{what} at record {record}: {}", r.text());
+        }
+    };
+    let retry = |s: &Server, seq: u64| {
+        let r = producer_post(s, &path, "r", seq, bodies[seq as usize]);
+        assert_eq!(r.status, 204, "seq {seq} is a duplicate: {}", r.text());
+        acked(&r, "retry")
+    };
+    retain(&s, 2);
+    assert_eq!(retry(&s, 0), (0, 3), "retained from inside the append");
+    retain(&s, 4);
+    assert_eq!(retry(&s, 0), (0, 3), "wholly retained away");
+    assert_eq!(retry(&s, 1), (3, 4), "ending at the retained record");
+    s.restart();
+    assert_eq!(retry(&s, 1), (3, 4), "after a restart");
+    assert_eq!(
+        first_next(&s, &path),
+        (4, 6),
+        "the retries appended nothing"
+    );
+}
+
 // ------------------------------------------------------ concurrent appends
 
 #[test]

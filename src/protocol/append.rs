@@ -181,22 +181,19 @@ fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(
 /// producer's recent writes still hold it (PROTOCOL.md §5.2.1 as the
 /// extensions' base words it: "the exact original byte and record
 /// ranges"): `Stream-Next-Offset` where the original ended, and (§6.3) its
-/// record range. Otherwise (a long-past sequence, or a write that created
-/// no records) the current tail and the record tail for both.
+/// record range, also after retention passed it. Otherwise (a long-past
+/// sequence; after a restart, one that retention passed wholly) the current
+/// tail and the record tail for both.
 fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
     let original = stream
         .producers
         .get(&p.id)
         .filter(|s| s.epoch == p.epoch)
         .and_then(|s| s.recent.range_of(p.seq));
-    let next_offset = original.map_or(stream.head_tail(), |(_, end)| end);
+    let next_offset = original.map_or(stream.head_tail(), |w| w.end);
     let reply = reply.header("stream-next-offset", offset::format(next_offset));
     let tail = stream.messages.next();
-    let ordinals = original.and_then(|(start, end)| {
-        let ordinal = |at| stream.messages.ordinal_at(at);
-        Some((ordinal(start)?, ordinal(end)?))
-    });
-    let (start, next) = ordinals.unwrap_or((tail, tail));
+    let (start, next) = original.and_then(|w| w.ordinals()).unwrap_or((tail, tail));
     records::ack(stream, reply, start, next)
 }
 

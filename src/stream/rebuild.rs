@@ -11,8 +11,8 @@ use super::codec::{self, Entry, StreamImage};
 use super::command::{Command, ProducerWrite};
 use super::data::{Extent, StreamData};
 use super::records::RecordIndex;
-use super::state::{ProducerState, RecentWrites, Stream};
-use super::table::{Table, incarnation_id};
+use super::state::{ProducerState, RecentWrites, Stream, WriteRange};
+use super::table::{Table, incarnation_id, records_in};
 
 /// Where a record's data bytes are: (segment, file position).
 pub type Location = (u64, u64);
@@ -172,7 +172,13 @@ impl Rebuild {
                 let json = self.meta.get(&key).is_none_or(content_is_json);
                 self.place(stream_id, start, &data, location, json);
                 if let Some(p) = &producer {
-                    let range = (start, start + data.len() as u64);
+                    let range = WriteRange {
+                        start,
+                        end: start + data.len() as u64,
+                        records: records_in(&data, json),
+                        // Known once the index is rebuilt (`restore_ranges`).
+                        records_next: None,
+                    };
                     let entry = self.ranges.entry((stream_id, p.id.clone())).or_default();
                     if entry.0 != p.epoch {
                         *entry = (p.epoch, RecentWrites::default());
@@ -310,9 +316,10 @@ impl Rebuild {
     fn restore_ranges(&self, stream: &mut Stream) {
         for (id, state) in stream.producers.iter_mut() {
             let found = self.ranges.get(&(stream.id, id.clone()));
-            if let Some(&(epoch, recent)) = found
+            if let Some(&(epoch, mut recent)) = found
                 && epoch == state.epoch
             {
+                recent.fill_ordinals(|end| stream.messages.ordinal_at(end));
                 state.recent = recent;
             }
         }

@@ -20,12 +20,33 @@ pub struct ProducerState {
 /// the requests a pipelining client has in flight.
 pub const RECENT_WRITES: usize = 8;
 
-/// The offsets `[start, end)` of a producer's latest appends, by sequence
-/// (a ring indexed by `seq % RECENT_WRITES`). A sequence whose slot was
-/// reused, or whose record was cleaned away before a restart, is unknown.
+/// What one append wrote: bytes `[start, end)` and its `records` records,
+/// which end before ordinal `records_next` (extensions §6.3: a retry
+/// answers both ranges, also once retention dropped the index entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteRange {
+    pub start: u64,
+    pub end: u64,
+    pub records: u32,
+    /// Unknown after a restart until the rebuilt index tells it
+    /// (`RecentWrites::fill_ordinals`).
+    pub records_next: Option<u64>,
+}
+
+impl WriteRange {
+    /// The record ordinals `[start, next)` the append created.
+    pub fn ordinals(&self) -> Option<(u64, u64)> {
+        let next = self.records_next?;
+        Some((next.checked_sub(u64::from(self.records))?, next))
+    }
+}
+
+/// A producer's latest appends, by sequence (a ring indexed by
+/// `seq % RECENT_WRITES`). A sequence whose slot was reused, or whose
+/// record was cleaned away before a restart, is unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RecentWrites {
-    slots: [(u64, u64, u64); RECENT_WRITES],
+    slots: [(u64, WriteRange); RECENT_WRITES],
 }
 
 impl Default for RecentWrites {
@@ -37,16 +58,34 @@ impl Default for RecentWrites {
 impl RecentWrites {
     /// Sequences stay below 2^53, so u64::MAX marks an empty slot.
     pub const EMPTY: RecentWrites = RecentWrites {
-        slots: [(u64::MAX, 0, 0); RECENT_WRITES],
+        slots: [(
+            u64::MAX,
+            WriteRange {
+                start: 0,
+                end: 0,
+                records: 0,
+                records_next: None,
+            },
+        ); RECENT_WRITES],
     };
 
-    pub fn record(&mut self, seq: u64, (start, end): (u64, u64)) {
-        self.slots[seq as usize % RECENT_WRITES] = (seq, start, end);
+    pub fn record(&mut self, seq: u64, range: WriteRange) {
+        self.slots[seq as usize % RECENT_WRITES] = (seq, range);
     }
 
-    pub fn range_of(&self, seq: u64) -> Option<(u64, u64)> {
-        let (at, start, end) = self.slots[seq as usize % RECENT_WRITES];
-        (at == seq).then_some((start, end))
+    pub fn range_of(&self, seq: u64) -> Option<WriteRange> {
+        let (at, range) = self.slots[seq as usize % RECENT_WRITES];
+        (at == seq).then_some(range)
+    }
+
+    /// Fills in unknown record ordinals from where each write ended
+    /// (`ordinal_at` of its end offset, while the index still holds it).
+    pub fn fill_ordinals(&mut self, ordinal_at: impl Fn(u64) -> Option<u64>) {
+        for (_, range) in self.slots.iter_mut() {
+            if range.records_next.is_none() {
+                range.records_next = ordinal_at(range.end);
+            }
+        }
     }
 }
 

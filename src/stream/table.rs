@@ -11,7 +11,7 @@ use std::collections::{HashMap, VecDeque};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::command::{Command, ProducerWrite};
-use super::state::{ProducerState, Stream};
+use super::state::{ProducerState, Stream, WriteRange};
 
 pub struct Table {
     pub(super) streams: HashMap<String, Stream>,
@@ -261,8 +261,14 @@ impl Table {
                 );
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 let data_start = stream.head_tail();
+                let records = records_in(&data, stream.json);
                 push_data(stream, data);
-                let range = (data_start, stream.head_tail());
+                let range = WriteRange {
+                    start: data_start,
+                    end: stream.head_tail(),
+                    records,
+                    records_next: Some(stream.messages.next()),
+                };
                 record_producer(stream, producer.as_ref(), Some(range));
                 if stream_seq.is_some() {
                     stream.stream_seq = stream_seq;
@@ -591,7 +597,7 @@ pub(super) fn applied(key: &str, stream: &Stream, data_start: u64) -> Applied {
 fn record_producer(
     stream: &mut Stream,
     producer: Option<&ProducerWrite>,
-    range: Option<(u64, u64)>,
+    range: Option<WriteRange>,
 ) {
     let Some(p) = producer else { return };
     let mut recent = match stream.producers.get(&p.id) {
@@ -653,6 +659,16 @@ impl WriteUndo {
         stream.last_write_ms = self.last_write_ms;
         stream.last_access_ms = self.last_access_ms;
     }
+}
+
+/// The records an append of canonical `data` makes (`push_data`): one per
+/// line on JSON streams, one per non-empty append otherwise.
+pub(super) fn records_in(data: &[u8], json: bool) -> u32 {
+    let records = match json {
+        true => memchr::memchr_iter(b'\n', data).count(),
+        false => usize::from(!data.is_empty()),
+    };
+    u32::try_from(records).expect("an append's records fit u32")
 }
 
 /// Appends canonical bytes and records message boundaries: one per line on
