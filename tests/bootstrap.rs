@@ -146,6 +146,14 @@ fn json_messages_and_request_rules() {
         b"",
     );
     assert_eq!(live.status, 400);
+    // Extensions "Capability Advertisement": errors about a JSON stream
+    // advertise the records token too.
+    let post = req(s.addr, "POST", &format!("{path}/bootstrap"), &[], b"");
+    assert_eq!(post.status, 405);
+    for r in [&live, &post] {
+        let tokens = r.header("stream-extensions").unwrap_or_default();
+        assert!(tokens.contains("json-record-coordinates-v1"), "{r:?}");
+    }
     assert_eq!(
         req(
             s.addr,

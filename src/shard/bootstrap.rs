@@ -8,6 +8,7 @@ use monoio::net::TcpStream;
 
 use super::Shard;
 use super::conn::{respond, responding, write_bytes};
+use super::dispatch::advertised;
 use super::store;
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Framing};
@@ -69,13 +70,17 @@ pub async fn serve(
     if !shard.buckets.borrow().contains_key(bucket) {
         return respond(shard, socket, not_found("bucket not found"), keep, false).await;
     }
+    // Errors about a stream carry its tokens too (extensions "Capability
+    // Advertisement"); the 200 adds them as it renders.
     if !matches!(head.method, Method::Get | Method::Head) {
         let reply = Response::error(405, "method_not_allowed", "bootstrap takes GET or HEAD")
             .header("allow", "GET, HEAD, OPTIONS");
+        let reply = advertised(shard, key, reply);
         return respond(shard, socket, reply, keep, false).await;
     }
     let req = Request::sub_resource(head, &[], key, 0);
     if let Err(reply) = bootstrap::check(&req) {
+        let reply = advertised(shard, key, reply);
         return respond(shard, socket, reply, keep, false).await;
     }
     let Some((plan, reply_head, boundary)) = plan(shard, key) else {

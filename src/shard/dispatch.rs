@@ -138,7 +138,7 @@ async fn lifecycle(
 
 /// Extensions "Capability Advertisement": a reply about a stream carries
 /// the tokens active for it (reads and bootstrap add theirs as they render).
-fn advertised(shard: &Shard, key: &str, reply: Response) -> Response {
+pub(super) fn advertised(shard: &Shard, key: &str, reply: Response) -> Response {
     match shard.table.borrow().get(key) {
         Some(stream) => records::advertise(stream, reply),
         None => reply,
