@@ -101,6 +101,10 @@ fn frame_level_failures_are_reported_inside_the_array() {
         let detail = failed["error"].as_str().unwrap();
         assert!(!detail.is_empty() && !detail.starts_with('{'), "{detail}");
     }
+    // §4.3: the tail is known, so the failed frames report it: where the
+    // frame before them left it.
+    assert_eq!(acks[1]["stream_next_offset"], acks[0]["stream_next_offset"]);
+    assert_eq!(acks[3]["stream_next_offset"], acks[2]["stream_next_offset"]);
     let read = req(s.addr, "GET", &format!("/{BUCKET}/events"), &[], b"");
     assert_eq!(read.body, b"{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n");
 }

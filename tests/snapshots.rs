@@ -100,6 +100,21 @@ fn publish_read_replace_and_restart() {
     );
     assert_eq!(newer.status, 204);
     let newer_digest = newer.header("stream-snapshot-digest").unwrap().to_string();
+    // Its retry, with the same (now stale) Stream-Snapshot-Match, is a
+    // repeat and succeeds (§2.2 "MUST succeed and return the same digest").
+    let retry = put(
+        &second,
+        &[loro[0], ("Stream-Snapshot-Match", &digest)],
+        b"state-after-op-2",
+    );
+    assert_eq!(retry.status, 204, "{}", retry.text());
+    assert_eq!(
+        retry.header("stream-snapshot-digest"),
+        Some(newer_digest.as_str())
+    );
+    // The position is named once: a path offset and ?record= together: 400.
+    let both = put(&format!("{second}?record=1"), &loro, b"state-after-op-2");
+    assert_eq!(both.status, 400, "{}", both.text());
     let latest = req(s.addr, "GET", &format!("{path}/snapshot"), &[], b"");
     assert_eq!(latest.status, 307);
     assert!(

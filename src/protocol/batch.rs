@@ -139,7 +139,8 @@ pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Re
         status: reply.status,
         code: "invalid_json",
         message: error_message(&reply),
-        next: None,
+        // §4.3: present "when an error can report the stream tail".
+        next: Some(stream.head_tail()),
         closed: false,
     })?;
     Ok(Command::Append {

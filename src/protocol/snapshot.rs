@@ -28,13 +28,16 @@ pub fn digest(content_type: &str, body: &[u8]) -> String {
 }
 
 fn parse_offset(text: &str) -> Result<u64, Response> {
-    offset::parse_token(text).ok_or_else(|| bad_request("invalid snapshot offset"))
+    offset::parse_token(text).ok_or_else(|| bad_request("invalid offset: use a Stream-Next-Offset the server returned"))
 }
 
 /// The offset an operation names: its path segment, or on record-aware
 /// streams `?record=R` resolved to where record R starts (§2.2, §6.10).
 fn target(req: &Request, stream: &Stream, offset_text: Option<&str>) -> Result<u64, Response> {
     match offset_text {
+        Some(_) if req.head.has_query_param("record") => Err(bad_request(
+            "name the position once: an offset in the path or ?record=, not both",
+        )),
         Some(text) => parse_offset(text),
         None => records::operation_offset(req, stream),
     }
@@ -80,6 +83,17 @@ pub fn decide_publish(
         Some(ct) => ct.to_string(),
     };
     let digest = digest(&content_type, req.body);
+    // A repeat of the visible snapshot succeeds (§2.2 "MUST succeed") even
+    // with the Stream-Snapshot-Match its first send carried, now stale.
+    if let Some(current) = stream.snapshot.as_ref().filter(|s| s.offset == at) {
+        if current.digest != digest {
+            return Err(conflict(
+                "snapshot_exists",
+                "a different snapshot is published at this offset",
+            ));
+        }
+        return Ok(Publish::Same(published(current)));
+    }
     if let Some(expected) = req.head.header("stream-snapshot-match")
         && stream
             .snapshot
@@ -90,15 +104,6 @@ pub fn decide_publish(
             "snapshot_mismatch",
             "Stream-Snapshot-Match does not match the visible snapshot",
         ));
-    }
-    if let Some(current) = stream.snapshot.as_ref().filter(|s| s.offset == at) {
-        if current.digest != digest {
-            return Err(conflict(
-                "snapshot_exists",
-                "a different snapshot is published at this offset",
-            ));
-        }
-        return Ok(Publish::Same(published(current)));
     }
     Ok(Publish::Write(Snapshot {
         offset: at,
