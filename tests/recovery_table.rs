@@ -169,6 +169,33 @@ fn incomplete_last_batch_is_torn_and_its_seqs_are_reused() {
     assert_eq!(again.next_seq, 9);
 }
 
+/// A segment written under a larger `--segment-bytes` is read whole by a
+/// recovery configured smaller: its records past the smaller size replay,
+/// the torn batch after them is zeroed to the end of the file, and the log
+/// goes on in a new segment (a scan limited to the configured size cut
+/// acknowledged records off, or left torn bytes that refused the next start).
+#[test]
+fn a_segment_larger_than_configured_is_read_and_scrubbed_whole() {
+    let tmp = TempDir::new("larger-segment");
+    let (a, b) = (recs_of_len(1..40, 2000), recs_of_len(40..42, 2000));
+    let spans = append(&tmp.0, BIG, OpenAt::EMPTY, &[frame(&a), frame(&b)]);
+    let end = spans[1].1;
+    assert!(end.segment == 1 && end.pos > SMALL, "past the smaller size");
+    write_at(&tmp.0, end, &frame_unmarked(&recs_of_len(42..44, 2000)));
+
+    let (recovered, got) = recover_ok(&tmp.0, SMALL);
+    assert_eq!(got, replayed(&[&a, &b]));
+    assert_eq!((recovered.end, recovered.next_seq), (Some(end), 42));
+    assert_eq!(recovered.scrub_to, Some(BIG), "to the end of its file");
+
+    let c = recs_of_len(42..43, 100);
+    let spans = append(&tmp.0, SMALL, OpenAt::from(&recovered), &[frame(&c)]);
+    assert_eq!(spans[0].0, LogEnd { segment: 2, pos: 0 }, "rolled over");
+    let (again, got) = recover_ok(&tmp.0, SMALL);
+    assert_eq!(got, replayed(&[&a, &b, &c]));
+    assert_eq!((again.report.torn, again.next_seq), (None, 43));
+}
+
 // ---------------------------------------------------------------------------
 // Row: damaged record, and no complete batch anywhere after it -> torn tail.
 

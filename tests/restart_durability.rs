@@ -209,6 +209,49 @@ fn other_core_counts_reshard_and_keep_every_stream() {
     }
 }
 
+/// A segment keeps the size it was written with: after `--segment-bytes`
+/// changes (down, then up, then down) every acknowledged byte is still
+/// there and the log takes new appends (a smaller setting once cut a larger
+/// segment's acknowledged records off as a torn tail, or refused to start).
+#[test]
+fn segment_size_changes_keep_every_acknowledged_byte() {
+    let sizes = ["262144", "131072", "262144", "131072"];
+    let args = |size| {
+        [
+            "--cores",
+            "1",
+            "--max-body-bytes",
+            "65536",
+            "--segment-bytes",
+            size,
+        ]
+    };
+    let mut s = Server::start(&args(sizes[0]));
+    let path = "/v1/stream/resized";
+    put(&s, path, &[("Content-Type", TEXT)], b"");
+    let mut expected = Vec::new();
+    for (round, size) in sizes.iter().enumerate().skip(1) {
+        let mut c = Conn::open(s.addr);
+        for i in 0..12 {
+            let body = format!("{round}:{i}:{}\n", "x".repeat(15_000)).into_bytes();
+            append(&mut c, path, TEXT, &body);
+            expected.extend_from_slice(&body);
+        }
+        match round % 2 {
+            0 => stop(&mut s, Restart::Term),
+            _ => s.kill(),
+        }
+        s.restart_with(&args(size));
+        let got = read_from(&s, path, "-1");
+        assert!(
+            got == expected,
+            "round {round}, now --segment-bytes {size}: read {} bytes of {}",
+            got.len(),
+            expected.len()
+        );
+    }
+}
+
 // ---- 5. one server per data dir --------------------------------------------------
 
 #[test]

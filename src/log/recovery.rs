@@ -84,25 +84,29 @@ impl From<io::Error> for RecoveryError {
     }
 }
 
-/// One segment's bytes, read whole through io_uring.
-pub async fn read_segment<S: Storage>(storage: &S, index: u64, bytes: u64) -> io::Result<Vec<u8>> {
+/// One segment's bytes, read whole (to the end of its file) through
+/// io_uring. `size_hint` is the configured segment size; a segment written
+/// under another `--segment-bytes` is as long as it was then, and all of
+/// it must be read: stopping at the configured size cut acknowledged
+/// records off as a torn tail.
+pub async fn read_segment<S: Storage>(
+    storage: &S,
+    index: u64,
+    size_hint: u64,
+) -> io::Result<Vec<u8>> {
     let file = storage.open(index).await?;
-    let mut data = Vec::with_capacity(bytes as usize);
+    let mut data = Vec::with_capacity(size_hint as usize);
     let chunk = 4 << 20;
-    while (data.len() as u64) < bytes {
-        let want = chunk
-            .min(bytes as usize - data.len())
-            .next_multiple_of(BLOCK);
+    loop {
         let (result, buf) = file
-            .read_at(AlignedBuf::with_capacity(want), data.len() as u64)
+            .read_at(AlignedBuf::with_capacity(chunk), data.len() as u64)
             .await;
         let n = result?;
         data.extend_from_slice(&buf.as_slice()[..n]);
-        if n < want {
-            break;
+        if n < chunk {
+            return Ok(data);
         }
     }
-    Ok(data)
 }
 
 /// The scan state across segments.
@@ -201,7 +205,10 @@ pub async fn recover<S: Storage>(
         scan.report.torn = Some((end, dropped));
     }
     scan.report.elapsed = started.elapsed();
-    let scrub_to = torn.then_some(segment_bytes);
+    // Zero what follows the cut up to the end of its segment's file (which
+    // may be longer than `segment_bytes` if it was written under a larger
+    // setting), so no torn bytes stay behind for a later scan.
+    let scrub_to = torn.then(|| segment_bytes.max(cut_data.len().next_multiple_of(BLOCK) as u64));
     Ok(Recovered {
         end,
         tail,

@@ -28,7 +28,8 @@ pub fn digest(content_type: &str, body: &[u8]) -> String {
 }
 
 fn parse_offset(text: &str) -> Result<u64, Response> {
-    offset::parse_token(text).ok_or_else(|| bad_request("invalid offset: use a Stream-Next-Offset the server returned"))
+    offset::parse_token(text)
+        .ok_or_else(|| bad_request("invalid offset: use a Stream-Next-Offset the server returned"))
 }
 
 /// The offset an operation names: its path segment, or on record-aware
