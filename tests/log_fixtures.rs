@@ -157,6 +157,8 @@ fn expected() -> Vec<Entry> {
             first_record: 0,
             fork: None,
             soft_deleted: false,
+            // Version 1 images carry no producer rings (a later tail field).
+            recent: Vec::new(),
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

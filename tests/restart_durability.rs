@@ -252,6 +252,81 @@ fn segment_size_changes_keep_every_acknowledged_byte() {
     }
 }
 
+/// A producer's retry answers the original offset and record range (ext.
+/// §6.3) also after the cleaner rewrote the segments of its appends and a
+/// restart re-sharded its stream: both drop the APPEND records that had
+/// told them, so the stream's image carries them.
+#[test]
+fn producer_receipts_survive_cleaning_and_resharding() {
+    let args = |cores| {
+        let small = ["--max-body-bytes", "65536", "--segment-bytes", "131072"];
+        let mut args = vec!["--cores", cores, "--clean-interval-ms", "20"];
+        args.extend(small);
+        args
+    };
+    let mut s = Server::start(&args("1"));
+    let json = ("Content-Type", "application/json");
+    let post_seq = |s: &Server, path: &str, seq: u64| {
+        let seq_text = seq.to_string();
+        let headers = [
+            json,
+            ("Producer-Id", "p"),
+            ("Producer-Epoch", "0"),
+            ("Producer-Seq", seq_text.as_str()),
+        ];
+        let r = post(s, path, &headers, format!("{{\"v\":{seq}}}").as_bytes());
+        let record = |name| r.header(name).unwrap_or("?").to_string();
+        let got = (
+            next_offset(&r),
+            record("stream-record-start"),
+            record("stream-record-next"),
+        );
+        (r.status, got)
+    };
+    let paths: Vec<String> = (0..6).map(|i| format!("/v1/stream/receipts-{i}")).collect();
+    let mut originals = Vec::new();
+    for path in &paths {
+        put(&s, path, &[json], b"");
+        let acks: Vec<_> = (0..10).map(|seq| post_seq(&s, path, seq).1).collect();
+        originals.push(acks);
+    }
+    // Filler in the same segments, then deleted: the cleaner rewrites them.
+    for k in 0..6 {
+        let filler = format!("/v1/stream/filler-{k}");
+        put(&s, &filler, &[("Content-Type", TEXT)], b"");
+        for _ in 0..4 {
+            post(&s, &filler, &[("Content-Type", TEXT)], &vec![b'z'; 60_000]);
+        }
+        expect(
+            &req(s.addr, "DELETE", &filler, &[], b""),
+            204,
+            "DELETE filler",
+        );
+    }
+    // The first segment holds the producers' appends: wait until it is
+    // cleaned (copied out and removed).
+    let first = s.data_dir.join("shard-00/00000000000000000001.seg");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while first.exists() {
+        assert!(std::time::Instant::now() < deadline, "{}", s.stderr());
+        thread::sleep(Duration::from_millis(20));
+    }
+    for cores in ["1", "2", "1"] {
+        s.kill();
+        s.restart_with(&args(cores));
+        for (path, acks) in paths.iter().zip(&originals) {
+            for seq in 2..10 {
+                let (status, got) = post_seq(&s, path, seq);
+                assert_eq!(status, 204, "{path} seq {seq} at --cores {cores}");
+                assert_eq!(
+                    got, acks[seq as usize],
+                    "{path} seq {seq} at --cores {cores}"
+                );
+            }
+        }
+    }
+}
+
 // ---- 5. one server per data dir --------------------------------------------------
 
 #[test]

@@ -41,7 +41,8 @@
 //! snapshot          offset u64, content_type str, digest str, len u64
 //!                   (IMAGE ends with opt<snapshot>, retained u64,
 //!                   first_record tail<u64>, fork tail<opt<fork>>,
-//!                   soft_deleted tail<bool>)
+//!                   soft_deleted tail<bool>, recent tail<list<ring>>:
+//!                   `codec_image.rs`)
 //! tail<T>           an optional last field added after version 1 was
 //!                   frozen: absent in older records (decoded as 0)
 //!
@@ -110,6 +111,9 @@ pub struct StreamImage {
     pub first_record: u64,
     pub fork: Option<ForkOrigin>,
     pub soft_deleted: bool,
+    /// Each producer's latest appends, in `producers` order (empty in
+    /// images written before they were added; `codec_image.rs`).
+    pub recent: Vec<crate::stream::state::RecentWrites>,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -136,6 +140,8 @@ pub enum CodecError {
     TrailingBytes,
     InvalidUtf8,
     BadTag,
+    /// A producer's writes not in ring order (one encoding per ring).
+    BadRing,
 }
 
 impl fmt::Display for CodecError {
@@ -145,6 +151,7 @@ impl fmt::Display for CodecError {
             CodecError::Truncated => f.write_str("payload ends inside a field"),
             CodecError::TrailingBytes => f.write_str("bytes after the last field"),
             CodecError::InvalidUtf8 => f.write_str("string is not UTF-8"),
+            CodecError::BadRing => f.write_str("producer writes out of ring order"),
             CodecError::BadTag => f.write_str("option or bool tag is not 0 or 1"),
         }
     }
@@ -239,7 +246,7 @@ fn encode_entry(entry: &Entry, w: &mut Writer<'_>) -> u8 {
             w.data(data);
             kind::RELOCATE
         }
-        Entry::Image(image) => encode_image(image, w),
+        Entry::Image(image) => image::encode(image, w),
     }
 }
 
@@ -303,41 +310,6 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             kind::ATTRS
         }
     }
-}
-
-fn encode_image(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
-    w.str(&image.key);
-    w.u64(image.stream_id);
-    w.str(&image.content_type);
-    w.opt_u64(image.ttl_secs);
-    w.opt_str(image.expires_at.as_deref());
-    w.opt_u64(image.expires_at_ms);
-    w.u64(image.created_at_ms);
-    w.u64(image.last_write_ms);
-    w.bool(image.closed);
-    w.producer(image.closed_by.as_ref());
-    w.opt_str(image.stream_seq.as_deref());
-    let count = u32::try_from(image.producers.len()).expect("producer count fits u32");
-    w.out.extend_from_slice(&count.to_le_bytes());
-    for p in &image.producers {
-        w.str(&p.id);
-        w.u64(p.epoch);
-        w.u64(p.seq);
-    }
-    w.u64(image.tail);
-    w.bytes(&image.attrs);
-    w.bool(image.snapshot.is_some());
-    if let Some(snapshot) = &image.snapshot {
-        w.snapshot(snapshot);
-    }
-    w.u64(image.retained);
-    w.u64(image.first_record);
-    w.bool(image.fork.is_some());
-    if let Some(origin) = &image.fork {
-        w.fork(origin);
-    }
-    w.bool(image.soft_deleted);
-    kind::IMAGE
 }
 
 fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
@@ -564,7 +536,7 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
             start: r.u64()?,
             data: r.bytes()?.to_vec(),
         },
-        kind::IMAGE => Entry::Image(Box::new(decode_image(&mut r)?)),
+        kind::IMAGE => Entry::Image(Box::new(image::decode(&mut r)?)),
         kind::RETENTION => Entry::Stream(Command::Retain {
             key: r.string()?,
             stream_id: r.u64()?,
@@ -605,48 +577,6 @@ fn decode_create(r: &mut Reader<'_>) -> Result<Command, CodecError> {
         data: r.bytes()?.to_vec(),
         now_ms: r.u64()?,
         attrs: r.bytes()?.to_vec(),
-    })
-}
-
-fn decode_image(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
-    Ok(StreamImage {
-        key: r.string()?,
-        stream_id: r.u64()?,
-        content_type: r.string()?,
-        ttl_secs: r.opt_u64()?,
-        expires_at: r.opt_string()?,
-        expires_at_ms: r.opt_u64()?,
-        created_at_ms: r.u64()?,
-        last_write_ms: r.u64()?,
-        closed: r.bool()?,
-        closed_by: r.producer()?,
-        stream_seq: r.opt_string()?,
-        producers: {
-            let count = u32::from_le_bytes(r.array()?);
-            let mut list = Vec::new();
-            for _ in 0..count {
-                let id = r.string()?;
-                list.push(ProducerWrite {
-                    id,
-                    epoch: r.u64()?,
-                    seq: r.u64()?,
-                });
-            }
-            list
-        },
-        tail: r.u64()?,
-        attrs: r.bytes()?.to_vec(),
-        snapshot: match r.bool()? {
-            true => Some(r.snapshot()?),
-            false => None,
-        },
-        retained: r.u64()?,
-        first_record: r.tail_u64()?,
-        fork: match r.rest.is_empty() || !r.bool()? {
-            true => None,
-            false => Some(r.fork()?),
-        },
-        soft_deleted: !r.rest.is_empty() && r.bool()?,
     })
 }
 
@@ -772,6 +702,9 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 }
+
+#[path = "codec_image.rs"]
+mod image;
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]

@@ -1,5 +1,6 @@
 //! Unit tests of the record payload codec (`codec.rs`).
 use super::*;
+use crate::stream::state::{RecentWrites, WriteRange};
 
 fn producer() -> Option<ProducerWrite> {
     Some(ProducerWrite {
@@ -129,6 +130,7 @@ fn entries() -> Vec<Entry> {
                 digest: "d".into(),
                 len: 99,
             }),
+            recent: vec![recent_ring(), RecentWrites::EMPTY],
         })),
         Entry::Stream(Command::Retain {
             key: "bkt1/s".into(),
@@ -235,14 +237,40 @@ fn layout_of_an_append() {
     assert_eq!(payload, want);
 }
 
+/// Two writes, one whose record ordinals are not known yet.
+fn recent_ring() -> RecentWrites {
+    let mut ring = RecentWrites::EMPTY;
+    let range = |start, end, records, records_next| WriteRange {
+        start,
+        end,
+        records,
+        records_next,
+    };
+    ring.record(1, range(0, 3, 1, None));
+    ring.record(2, range(3, 9, 2, Some(5)));
+    ring
+}
+
 /// Where records written before their optional last fields existed end,
-/// shortest first (the IMAGE of `entries` has a fork and is soft-deleted).
+/// shortest first (the IMAGE of `entries` has a fork, is soft-deleted and
+/// has rings of two writes and of none).
 fn without_tail_fields(kind: u8, payload: &[u8]) -> Vec<usize> {
     let len = payload.len();
     let fork = 1 + 4 + origin().source.len() + 24;
+    let recent = 4 + (1 + 2 * 36) + 1;
     match kind {
         kind::RETENTION => vec![len - 8],
-        kind::IMAGE => vec![len - 1 - fork - 8, len - 1 - fork, len - 1],
+        kind::IMAGE => {
+            let before_recent = len - recent;
+            let before_soft_delete = before_recent - 1;
+            let before_fork = before_soft_delete - fork;
+            vec![
+                before_fork - 8,
+                before_fork,
+                before_soft_delete,
+                before_recent,
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -268,11 +296,18 @@ fn records_without_the_tail_fields_decode_as_before() {
         };
         let decoded = decode(kind, &payload[..len]).expect("older records decode");
         let defaults = match decoded {
-            Entry::Stream(Command::Retain { first_record, .. }) => (first_record, None, false),
-            Entry::Image(image) => (image.first_record, image.fork, image.soft_deleted),
+            Entry::Stream(Command::Retain { first_record, .. }) => {
+                (first_record, None, false, true)
+            }
+            Entry::Image(image) => (
+                image.first_record,
+                image.fork,
+                image.soft_deleted,
+                image.recent.is_empty(),
+            ),
             other => panic!("unexpected {other:?}"),
         };
-        assert_eq!(defaults, (0, None, false));
+        assert_eq!(defaults, (0, None, false, true));
     }
 }
 

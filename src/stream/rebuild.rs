@@ -69,6 +69,12 @@ impl Rebuild {
             }
             Entry::Image(image) => {
                 self.producer_slots.remove(&image.key);
+                // The image is newer than every APPEND before it in the
+                // log: its rings replace what those told.
+                for (p, ring) in image.producers.iter().zip(&image.recent) {
+                    let key = (image.stream_id, p.id.clone());
+                    self.ranges.insert(key, (p.epoch, *ring));
+                }
                 self.meta.insert(image.key.clone(), *image);
             }
         }
@@ -110,6 +116,7 @@ impl Rebuild {
                     first_record: 0,
                     fork: None,
                     soft_deleted: false,
+                    recent: Vec::new(),
                 };
                 self.producer_slots.remove(&key);
                 self.meta.insert(key, image);
@@ -470,6 +477,8 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
                 seq: s.last_seq,
             })
             .collect(),
+        // The same map iterated again: the same order as `producers`.
+        recent: stream.producers.values().map(|s| s.recent).collect(),
         tail: stream.head_tail(),
         attrs: stream.attrs.clone(),
         snapshot: stream.snapshot.clone(),

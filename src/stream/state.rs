@@ -73,6 +73,14 @@ impl RecentWrites {
         self.slots[seq as usize % RECENT_WRITES] = (seq, range);
     }
 
+    /// The writes the ring holds, as (sequence, range).
+    pub fn writes(&self) -> impl Iterator<Item = (u64, WriteRange)> + '_ {
+        self.slots
+            .iter()
+            .copied()
+            .filter(|&(seq, _)| seq != u64::MAX)
+    }
+
     pub fn range_of(&self, seq: u64) -> Option<WriteRange> {
         let (at, range) = self.slots[seq as usize % RECENT_WRITES];
         (at == seq).then_some(range)
