@@ -88,6 +88,9 @@ impl Segments {
     }
 }
 
+/// Times one fetch follows its data to new segments before giving up.
+const MAX_MOVES: u32 = 64;
+
 /// Why bytes could not be fetched.
 #[derive(Debug)]
 pub enum FetchError {
@@ -108,7 +111,9 @@ pub async fn fetch(
 ) -> Result<Vec<u8>, FetchError> {
     let mut out = Vec::with_capacity((end - start) as usize);
     let mut pos = start;
-    let mut retries = 0;
+    // A segment found missing, and how often data moved under this read.
+    let mut missing: Option<(u64, io::Error)> = None;
+    let mut moves = 0;
     let mut from_log = 0;
     while pos < end {
         let (extents, to) = {
@@ -125,22 +130,28 @@ pub async fn fetch(
             let to = cached_from.min(end);
             (stream.data.extents_in(pos, to).to_vec(), to)
         };
-        let mut moved = false;
+        // A segment still named after it was found missing is really gone.
+        if let Some((segment, e)) = missing.take()
+            && extents.iter().any(|x| x.segment == segment)
+        {
+            return Err(FetchError::Io(e));
+        }
         for run in runs(&extents, pos, to) {
             match read_run(&shard.segments, run, pos, to, &mut out).await {
                 Ok(()) => {}
                 // The cleaner moved the data and removed its segment since
-                // the extents were read: read them again.
-                Err(e) if e.kind() == io::ErrorKind::NotFound && retries < 3 => {
+                // the extents were read: read them again, as long as they
+                // moved (a long read under a busy cleaner may see many).
+                Err(e) if e.kind() == io::ErrorKind::NotFound && moves < MAX_MOVES => {
                     out.truncate((pos - start) as usize);
-                    retries += 1;
-                    moved = true;
+                    moves += 1;
+                    missing = Some((run[0].segment, e));
                     break;
                 }
                 Err(e) => return Err(FetchError::Io(e)),
             }
         }
-        if moved {
+        if missing.is_some() {
             continue;
         }
         from_log += to - pos;
