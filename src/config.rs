@@ -113,7 +113,10 @@ impl Default for Config {
             max_connections: 50_000,
             shutdown_timeout_ms: 10_000,
             access_log: false,
-            max_index_bytes: 1 << 30,
+            // Each shard gets budget ÷ cores: with 2 cores a single stream
+            // taking append-batch frames at 500k/s (24 B each) has ~3 min
+            // before retention must free room (1 GiB gave it 45 s).
+            max_index_bytes: 4 << 30,
             max_producer_id_bytes: 256,
             max_producers_per_stream: 10_000,
         }
@@ -159,7 +162,7 @@ OPTIONS:
     --max-index-bytes N         memory for message ends and log locations over all shards
                                 (8 B per retained message, 24 B per append); new messages
                                 beyond get 503 until retention or deletes free some
-                                [default: 1073741824]
+                                [default: 4294967296]
     --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
     --max-producers-per-stream N
                                 producer ids a stream remembers (about 300 B each plus the
