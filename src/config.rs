@@ -2,6 +2,7 @@
 //! optional TOML file (`--config FILE`, flags win), validated once at
 //! startup; `rill config check|defaults` print the result (issue 7).
 
+use crate::stream::budget::ProducerLimits;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -117,8 +118,8 @@ impl Default for Config {
             // taking append-batch frames at 500k/s (24 B each) has ~3 min
             // before retention must free room (1 GiB gave it 45 s).
             max_index_bytes: 4 << 30,
-            max_producer_id_bytes: 256,
-            max_producers_per_stream: 10_000,
+            max_producer_id_bytes: ProducerLimits::default().max_id_bytes,
+            max_producers_per_stream: ProducerLimits::default().max_per_stream,
         }
     }
 }
@@ -165,7 +166,8 @@ OPTIONS:
                                 [default: 4294967296]
     --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
     --max-producers-per-stream N
-                                producer ids a stream remembers (about 300 B each plus the
+                                producer ids a stream remembers (about 400 B each plus the
+                                id; at most as many as fit half a segment at the longest
                                 id); an append of a new one beyond gets 429 [default: 10000]
     --access-log BOOL           true: log one line per answered request (method, path,
                                 status, microseconds) [default: false]
@@ -324,7 +326,27 @@ impl Config {
         if self.max_head_bytes < 1024 || self.max_headers < 8 {
             return Err("--max-head-bytes must be >= 1024 and --max-headers >= 8".into());
         }
+        if self.max_producer_id_bytes == 0 || self.max_producers_per_stream == 0 {
+            return Err(
+                "--max-producer-id-bytes and --max-producers-per-stream must be positive".into(),
+            );
+        }
         Ok(())
+    }
+
+    /// The producer bounds the shards apply: as set, but no more producers
+    /// per stream than half a segment holds in one IMAGE record (a stream's
+    /// metadata lists every producer; `stream/codec_image.rs`).
+    pub fn producer_limits(&self) -> ProducerLimits {
+        // Id length, epoch and sequence as encoded, with room to spare.
+        let per_producer = self.max_producer_id_bytes as u64 + 32;
+        let fit = (self.segment_bytes / 2 / per_producer).max(1);
+        ProducerLimits {
+            max_id_bytes: self.max_producer_id_bytes,
+            max_per_stream: self
+                .max_producers_per_stream
+                .min(usize::try_from(fit).unwrap_or(usize::MAX)),
+        }
     }
 
     pub fn http_limits(&self) -> crate::http::parse::Limits {
@@ -449,5 +471,30 @@ mod tests {
         assert!(Config::from_args(&args(&["--segment-bytes", &most])).is_ok());
         let over = ((1u64 << 32) + 4096).to_string();
         assert!(Config::from_args(&args(&["--segment-bytes", &over])).is_err());
+    }
+}
+
+#[cfg(test)]
+mod producer_tests {
+    use super::*;
+
+    #[test]
+    fn producer_limits_fit_an_image_in_half_a_segment() {
+        let defaults = Config::default().producer_limits();
+        assert_eq!(
+            defaults,
+            ProducerLimits::default(),
+            "64 MiB segments hold them all"
+        );
+        let small = Config {
+            segment_bytes: 131_072,
+            max_body_bytes: 65_536,
+            ..Config::default()
+        };
+        let limits = small.producer_limits();
+        assert_eq!(limits.max_per_stream, 65_536 / (256 + 32));
+        assert_eq!(limits.max_id_bytes, 256);
+        let zero = ["--max-producers-per-stream", "0"].map(String::from);
+        assert!(Config::from_args(&zero).is_err());
     }
 }

@@ -165,6 +165,14 @@ fn serve(config: Config) -> ExitCode {
         config.cores,
         config.data_dir.display()
     );
+    let producers = config.producer_limits().max_per_stream;
+    if producers < config.max_producers_per_stream {
+        rill::warn!(
+            "--max-producers-per-stream {} lowered to {producers}: a stream's metadata, \
+             which lists its producers, must fit half of --segment-bytes",
+            config.max_producers_per_stream
+        );
+    }
     let signal = wait_for_stop_signal(&signals);
     rill::info!("signal {signal} received, stopping");
     notify::notify_or_log("STOPPING=1\nSTATUS=stopping");

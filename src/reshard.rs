@@ -141,7 +141,9 @@ async fn move_streams(
                 logs[*owner].flush().await?;
             }
         }
-        logs[*owner].push(&Entry::Image(Box::new(image_of(key, &stream))));
+        // A quarter of a segment, as the cleaner allows.
+        let ring_budget = batch_bytes as u64 / 2;
+        logs[*owner].push(&Entry::Image(Box::new(image_of(key, &stream, ring_budget))));
     }
     Ok(moving.len())
 }

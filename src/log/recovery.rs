@@ -103,7 +103,11 @@ pub async fn read_segment<S: Storage>(
             .await;
         let n = result?;
         data.extend_from_slice(&buf.as_slice()[..n]);
-        if n < chunk {
+        // A read of nothing is the end, and so is one ending off a block
+        // boundary (direct reads return whole blocks but at the end of a
+        // file). A short read of whole blocks is no proof of it: stopping
+        // there would make a torn tail of what follows.
+        if n == 0 || !n.is_multiple_of(BLOCK) {
             return Ok(data);
         }
     }

@@ -137,7 +137,9 @@ fn no_records(stream: &Stream, reply: Response) -> Response {
 fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     let state = stream.producers.get(&p.id);
     let limits = table.producer_limits();
-    if p.id.len() > limits.max_id_bytes {
+    // Known producers go on (a limit lowered since must not refuse their
+    // retries); the bounds apply to the state a new one would add.
+    if state.is_none() && p.id.len() > limits.max_id_bytes {
         return Err(Response::error(
             431,
             "producer_id_too_long",
@@ -181,9 +183,10 @@ fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(
 /// producer's recent writes still hold it (PROTOCOL.md §5.2.1 as the
 /// extensions' base words it: "the exact original byte and record
 /// ranges"): `Stream-Next-Offset` where the original ended, and (§6.3) its
-/// record range, also after retention passed it. Otherwise (a long-past
-/// sequence; after a restart, one that retention passed wholly) the current
-/// tail and the record tail for both.
+/// record range, also after retention passed it. A long-past sequence gets
+/// the current tail and the record tail for both; after a restart, a write
+/// that retention passed wholly (its ordinals no longer known) gets its own
+/// `Stream-Next-Offset` and the record tail.
 fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
     let original = stream
         .producers

@@ -221,7 +221,7 @@ fn copies(
             out.push((entry, effect));
         }
         out.push((
-            Entry::Image(Box::new(image_of(key, stream))),
+            Entry::Image(Box::new(image_of(key, stream, ring_budget(shard)))),
             Effect::Nothing,
         ));
     }
@@ -280,6 +280,11 @@ fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
         .sum();
     // A segment whose copies are nothing (empty, or all dead) always goes.
     copied == 0 || (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
+}
+
+/// Bytes of producer rings an IMAGE may carry: a quarter of a segment.
+fn ring_budget(shard: &Shard) -> u64 {
+    shard.config.segment_bytes / 4
 }
 
 /// What `clean` did with a victim.

@@ -131,10 +131,7 @@ pub async fn start(
     let union = startup.union.recv().ok().flatten()?;
     table.publish_all();
     table.set_index_budget(config.max_index_bytes / config.cores as u64);
-    table.set_producer_limits(crate::stream::budget::ProducerLimits {
-        max_id_bytes: config.max_producer_id_bytes,
-        max_per_stream: config.max_producers_per_stream,
-    });
+    table.set_producer_limits(config.producer_limits());
     release_recovery_memory();
     let storage_for_reads = storage.clone();
     let appender = Appender::open(

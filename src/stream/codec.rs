@@ -705,6 +705,7 @@ impl<'a> Reader<'a> {
 
 #[path = "codec_image.rs"]
 mod image;
+pub use image::MAX_RING_BYTES;
 
 #[cfg(test)]
 #[path = "codec_tests.rs"]

@@ -12,6 +12,10 @@ use crate::stream::state::{RECENT_WRITES, RecentWrites, WriteRange};
 /// `records_next` unknown (a range rebuilt before its index was).
 const UNKNOWN: u64 = u64::MAX;
 
+/// Encoded bytes of one write of a ring, and of a full ring.
+const WRITE_BYTES: u64 = 8 + 8 + 8 + 4 + 8;
+pub const MAX_RING_BYTES: u64 = 1 + RECENT_WRITES as u64 * WRITE_BYTES;
+
 pub(super) fn encode(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
     w.str(&image.key);
     w.u64(image.stream_id);
@@ -106,10 +110,17 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
             false => Some(r.fork()?),
         },
         soft_deleted: !r.rest.is_empty() && r.bool()?,
-        recent: match r.rest.is_empty() {
-            true => Vec::new(),
-            false => decode_recent(r)?,
-        },
+        recent: Vec::new(),
+    })
+    .and_then(|mut image| {
+        if !r.rest.is_empty() {
+            image.recent = decode_recent(r)?;
+            // One ring per producer, or none (older images).
+            if image.recent.len() != image.producers.len() {
+                return Err(CodecError::BadRing);
+            }
+        }
+        Ok(image)
     })
 }
 

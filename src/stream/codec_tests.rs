@@ -403,3 +403,45 @@ fn arbitrary_bytes_never_panic_and_stay_canonical() {
         assert_canonical((round % 8) as u8, &bytes);
     }
 }
+
+#[test]
+fn an_image_has_one_ring_per_producer_or_none() {
+    let mut images = entries().into_iter().filter_map(|e| match e {
+        Entry::Image(image) => Some(image),
+        _ => None,
+    });
+    let mut image = images.next().expect("entries have an image");
+    image.recent.pop();
+    let (kind, payload) = encoded(&Entry::Image(image));
+    assert_eq!(decode(kind, &payload), Err(CodecError::BadRing));
+}
+
+#[test]
+fn an_image_carries_rings_only_within_its_budget() {
+    use crate::stream::rebuild::image_of;
+    use crate::stream::table::{Table, incarnation_id};
+    let key = "/v1/stream/a/b";
+    let mut table = Table::default();
+    let Entry::Stream(create) = create(false) else {
+        unreachable!("a create is a stream command")
+    };
+    table.apply(create);
+    let append = Command::Append {
+        key: key.into(),
+        stream_id: incarnation_id(key, 1_700_000_000_000),
+        start: 0,
+        data: b"{\"a\":1}\n".to_vec(),
+        producer: Some(ProducerWrite {
+            id: "p".into(),
+            epoch: 0,
+            seq: 0,
+        }),
+        stream_seq: None,
+        close: false,
+        now_ms: 1,
+    };
+    table.apply(append);
+    let stream = table.get(key).expect("created");
+    assert_eq!(image_of(key, stream, MAX_RING_BYTES).recent.len(), 1);
+    assert!(image_of(key, stream, MAX_RING_BYTES - 1).recent.is_empty());
+}

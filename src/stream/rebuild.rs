@@ -451,8 +451,12 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
     })
 }
 
-/// The image of a live stream's current (head) metadata, for the cleaner.
-pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
+/// The image of a live stream's current (head) metadata, for the cleaner
+/// and re-sharding. The producers' rings go in only while they take at
+/// most `ring_budget` bytes: an image is one log record, which must fit a
+/// segment (`Config::producer_limits` keeps the rest of it within half).
+pub fn image_of(key: &str, stream: &Stream, ring_budget: u64) -> StreamImage {
+    let rings_fit = stream.producers.len() as u64 * codec::MAX_RING_BYTES <= ring_budget;
     StreamImage {
         key: key.to_string(),
         stream_id: stream.id,
@@ -478,7 +482,10 @@ pub fn image_of(key: &str, stream: &Stream) -> StreamImage {
             })
             .collect(),
         // The same map iterated again: the same order as `producers`.
-        recent: stream.producers.values().map(|s| s.recent).collect(),
+        recent: match rings_fit {
+            true => stream.producers.values().map(|s| s.recent).collect(),
+            false => Vec::new(),
+        },
         tail: stream.head_tail(),
         attrs: stream.attrs.clone(),
         snapshot: stream.snapshot.clone(),

@@ -89,8 +89,8 @@ impl RecentWrites {
     /// Fills in unknown record ordinals from where each write ended
     /// (`ordinal_at` of its end offset, while the index still holds it).
     pub fn fill_ordinals(&mut self, ordinal_at: impl Fn(u64) -> Option<u64>) {
-        for (_, range) in self.slots.iter_mut() {
-            if range.records_next.is_none() {
+        for (seq, range) in self.slots.iter_mut() {
+            if *seq != u64::MAX && range.records_next.is_none() {
                 range.records_next = ordinal_at(range.end);
             }
         }

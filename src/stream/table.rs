@@ -261,13 +261,15 @@ impl Table {
                 );
                 let undo = WriteUndo::capture(&key, stream, producer.as_ref());
                 let data_start = stream.head_tail();
-                let records = records_in(&data, stream.json);
+                let records_before = stream.messages.next();
                 push_data(stream, data);
+                let records_next = stream.messages.next();
                 let range = WriteRange {
                     start: data_start,
                     end: stream.head_tail(),
-                    records,
-                    records_next: Some(stream.messages.next()),
+                    records: u32::try_from(records_next - records_before)
+                        .expect("an append's records fit u32"),
+                    records_next: Some(records_next),
                 };
                 record_producer(stream, producer.as_ref(), Some(range));
                 if stream_seq.is_some() {
@@ -662,7 +664,8 @@ impl WriteUndo {
 }
 
 /// The records an append of canonical `data` makes (`push_data`): one per
-/// line on JSON streams, one per non-empty append otherwise.
+/// line on JSON streams, one per non-empty append otherwise. For recovery,
+/// which sees the data before the index exists.
 pub(super) fn records_in(data: &[u8], json: bool) -> u32 {
     let records = match json {
         true => memchr::memchr_iter(b'\n', data).count(),
