@@ -511,3 +511,30 @@ fn live_subscriber_gauges_follow_readers() {
         |m| live(m, "long_poll") == 0.0,
     );
 }
+
+/// A long-poll waiter whose client went away gives its socket up at once,
+/// not at the (here 60 s) timeout: nothing is appended meanwhile.
+#[test]
+fn a_long_poll_whose_client_left_ends_without_waiting_for_the_timeout() {
+    let s = Server::start(&["--cores", "2", "--long-poll-timeout-ms", "60000"]);
+    let path = path_on(0, "left");
+    create(&s, &path);
+    let live = |m: &Scrape| m.sum("rill_live_subscribers", &[("mode", "long_poll")]);
+    let tail = req(s.addr, "HEAD", &path, &[], b"");
+    let offset = tail.header("stream-next-offset").unwrap().to_string();
+    let mut waiter = Conn::open(s.addr);
+    let poll = format!("{path}?offset={offset}&live=long-poll");
+    waiter.send_raw(&waiter.build_request("GET", &poll, &[], b""));
+    wait_for(&s, "a long-poll subscriber", || {}, |m| live(m) == 1.0);
+    drop(waiter);
+    wait_for(&s, "the waiter to be let go", || {}, |m| live(m) == 0.0);
+    // A waiter that pipelines its next request is still answered.
+    let mut pipelined = Conn::open(s.addr);
+    let mut two = pipelined.build_request("GET", &poll, &[], b"");
+    two.extend(pipelined.build_request("HEAD", &path, &[], b""));
+    pipelined.send_raw(&two);
+    wait_for(&s, "the pipelining waiter", || {}, |m| live(m) == 1.0);
+    append(&mut Conn::open(s.addr), &path, b"wake");
+    assert_eq!(pipelined.read_response().body, b"wake");
+    assert_eq!(pipelined.read_response_for("HEAD").status, 200);
+}

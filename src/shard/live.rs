@@ -15,6 +15,7 @@ use bytes::Bytes;
 use super::Shard;
 use super::audience::{Audience, SharedStep};
 use super::conn::{respond, responding, write_bytes};
+use super::signal::Signal;
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing};
@@ -102,27 +103,68 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
 
 async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
     let waiting = shard.metrics.subscriber(Mode::LongPoll);
-    let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
     let audience = shard.waiters.join(&plan.key);
-    let signal = &audience.signal;
-    let mut timed_out = false;
-    let reply = loop {
-        let seen = signal.generation();
-        match poll_once(shard, &plan, timed_out) {
-            Poll::Answer(reply) => break reply,
-            Poll::Fetch(id, (start, end, cut)) => {
-                break poll_data(shard, &plan, id, (start, end, cut)).await;
-            }
-            Poll::Wait => {}
-        }
-        timed_out = monoio::time::timeout_at(deadline.into(), signal.changed(seen))
-            .await
-            .is_err();
-    };
+    let reply = wait_for_reply(shard, socket, &plan, &audience.signal).await;
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
-    respond(shard, socket, reply, keep, false).await
+    match reply {
+        Some(reply) => respond(shard, socket, reply, keep, false).await,
+        None => false,
+    }
+}
+
+/// The long-poll answer once data arrives or the wait times out; `None`
+/// when the client went away meanwhile: it gives up its socket then rather
+/// than at the timeout (one readiness poll for the whole wait).
+async fn wait_for_reply(
+    shard: &Shard,
+    socket: &TcpStream,
+    plan: &ReadPlan,
+    signal: &Rc<Signal>,
+) -> Option<Response> {
+    let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
+    let mut timed_out = false;
+    let mut gone = std::pin::pin!(peer_closed(socket));
+    loop {
+        let seen = signal.generation();
+        match poll_once(shard, plan, timed_out) {
+            Poll::Answer(reply) => return Some(reply),
+            Poll::Fetch(id, window) => return Some(poll_data(shard, plan, id, window).await),
+            Poll::Wait => {}
+        }
+        monoio::select! {
+            woken = monoio::time::timeout_at(deadline.into(), signal.changed(seen)) => {
+                timed_out = woken.is_err();
+            }
+            () = &mut gone => return None,
+        }
+    }
+}
+
+/// Completes once the peer closed or reset the connection; never, once it
+/// has sent more bytes (a pipelined request stays queued for later, and
+/// the socket staying readable must not wake the wait again and again).
+async fn peer_closed(socket: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    if socket.readable(false).await.is_ok() {
+        let mut byte = 0u8;
+        // SAFETY: a one-byte recv into a local we own; MSG_PEEK leaves any
+        // data queued, MSG_DONTWAIT keeps the shard from blocking.
+        let n = unsafe {
+            libc::recv(
+                socket.as_raw_fd(),
+                (&mut byte as *mut u8).cast(),
+                1,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        let pending = n > 0
+            || (n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock);
+        if pending {
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 async fn poll_data(
