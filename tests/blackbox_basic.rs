@@ -379,6 +379,22 @@ fn missing_or_repeated_host_is_400() {
     );
 }
 
+/// RFC 9110 §15.6.2: an unrecognized method (methods are case-sensitive)
+/// is 501 with a JSON error; a known one the resource does not take, 405.
+#[test]
+fn unknown_methods_are_501_and_known_ones_not_allowed_405() {
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    create(&s, &path, TEXT);
+    for (method, status) in [("get", 501), ("BREW", 501), ("PATCH", 405)] {
+        let mut c = Conn::open(s.addr);
+        let r = c.request(method, &path, &[], b"");
+        assert_eq!(r.status, status, "{method}: {}", r.text());
+        assert!(r.text().starts_with("{\"error\""), "{method}: a JSON error");
+    }
+    assert_alive(&s);
+}
+
 #[test]
 fn content_length_over_body_limit_is_413() {
     let s = Server::start(&["--max-body-bytes", "1048576"]);

@@ -26,6 +26,13 @@ pub async fn handle(
     if head.method == Method::Options {
         return respond(shard, socket, render::preflight(), keep, false).await;
     }
+    // RFC 9110 §15.6.2: a method the server does not recognize (methods are
+    // case-sensitive: `get` is not GET) is 501; a known one a resource does
+    // not take is 405.
+    if head.method == Method::Other {
+        let reply = Response::error(501, "not_implemented", "unknown request method");
+        return respond(shard, socket, reply, keep, false).await;
+    }
     let reply = match target {
         Target::Stream {
             surface,
