@@ -13,6 +13,7 @@ pub mod rebuild;
 pub mod records;
 pub mod state;
 pub mod table;
+pub mod undo;
 
 pub use command::{Command, ForkOrigin, ProducerWrite};
 pub use state::{ProducerState, Snapshot, Stream};

@@ -12,6 +12,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::command::{Command, ProducerWrite};
 use super::state::{ProducerState, Stream, WriteRange};
+pub use super::undo::{Undo, WriteUndo};
 
 pub struct Table {
     pub(super) streams: HashMap<String, Stream>,
@@ -68,39 +69,6 @@ pub struct Applied {
     pub data_len: u64,
     /// A retention point this command set (its data before can go).
     pub retain: Option<u64>,
-}
-
-/// How to take one applied command back.
-#[derive(Debug)]
-pub enum Undo {
-    /// Remove the stream the command created.
-    Create { key: String },
-    /// Restore data length, producer, closure and sequence state.
-    Write(Box<WriteUndo>),
-    /// Put the deleted stream back.
-    Delete {
-        key: String,
-        stream: Option<Box<Stream>>,
-    },
-}
-
-#[derive(Debug)]
-pub struct WriteUndo {
-    key: String,
-    data_len: u64,
-    messages_next: u64,
-    first_record: u64,
-    producer: Option<(String, Option<ProducerState>)>,
-    closed: bool,
-    closed_by: Option<(String, u64, u64)>,
-    stream_seq: Option<String>,
-    last_write_ms: u64,
-    last_access_ms: u64,
-    /// Captured only by the commands that change them.
-    attrs: Option<Vec<u8>>,
-    snapshot: Option<Option<crate::stream::Snapshot>>,
-    retained: u64,
-    soft_deleted: bool,
 }
 
 impl Table {
@@ -615,52 +583,6 @@ fn record_producer(
         recent,
     };
     stream.producers.insert(p.id.clone(), state);
-}
-
-impl WriteUndo {
-    fn capture(key: &str, stream: &Stream, producer: Option<&ProducerWrite>) -> WriteUndo {
-        WriteUndo {
-            key: key.to_string(),
-            data_len: stream.head_tail(),
-            messages_next: stream.messages.next(),
-            first_record: stream.first_record,
-            producer: producer.map(|p| (p.id.clone(), stream.producers.get(&p.id).copied())),
-            closed: stream.closed,
-            closed_by: stream.closed_by.clone(),
-            stream_seq: stream.stream_seq.clone(),
-            last_write_ms: stream.last_write_ms,
-            last_access_ms: stream.last_access_ms,
-            attrs: None,
-            snapshot: None,
-            retained: stream.retained,
-            soft_deleted: stream.soft_deleted,
-        }
-    }
-
-    fn restore(self, stream: &mut Stream) {
-        stream.soft_deleted = self.soft_deleted;
-        if let Some(attrs) = self.attrs {
-            stream.attrs = attrs;
-        }
-        if let Some(snapshot) = self.snapshot {
-            stream.snapshot = snapshot;
-        }
-        stream.retained = self.retained;
-        stream.data.truncate(self.data_len);
-        stream.messages.truncate(self.messages_next);
-        stream.first_record = self.first_record;
-        if let Some((id, previous)) = self.producer {
-            match previous {
-                Some(state) => stream.producers.insert(id, state),
-                None => stream.producers.remove(&id),
-            };
-        }
-        stream.closed = self.closed;
-        stream.closed_by = self.closed_by;
-        stream.stream_seq = self.stream_seq;
-        stream.last_write_ms = self.last_write_ms;
-        stream.last_access_ms = self.last_access_ms;
-    }
 }
 
 /// The records an append of canonical `data` makes (`push_data`): one per
