@@ -239,8 +239,11 @@ fn close_only(
     if let Some(p) = &producer {
         check_producer(table, stream, p)?;
     }
-    // §6.4: the writer's expected record tail holds for a close too.
+    // §6.4: the writer's expected record tail holds for a close too; so
+    // does §5.2's Stream-Seq order (a regression is 409 and the stream
+    // stays open). A close appends nothing, so it records no sequence.
     records::check_match(req, stream)?;
+    check_stream_seq(req, stream)?;
     let reply = with_producer(Response::new(204), producer.as_ref(), None)
         .header("stream-next-offset", tail)
         .header("stream-closed", "true");
