@@ -302,10 +302,13 @@ pub fn catch_up(
         return gone;
     }
     let (reply, tag) = data_reply(stream, plan, cut, fetched);
-    let cache = if reply.get_header("stream-up-to-date").is_some() {
-        "no-store".to_string()
-    } else {
-        cache_control(stream, now_ms)
+    // §10.1 (the extensions' base): "Catch-up chunks remain fully
+    // cacheable, including chunks at the tail"; only the empty answer at
+    // the tail, which new data would change, must not be cached.
+    let at_tail_empty = fetched.is_empty() && reply.get_header("stream-up-to-date").is_some();
+    let cache = match at_tail_empty {
+        true => "no-store".to_string(),
+        false => cache_control(stream, now_ms),
     };
     if if_none_match.is_some_and(|header| etag_matches(header, &tag)) {
         // RFC 9110 §15.4.5: a 304 carries the 200's Cache-Control too.

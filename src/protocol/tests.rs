@@ -226,6 +226,16 @@ fn stream_seq_is_bytewise_and_strict() {
     assert_eq!(h.reply("POST", KEY, &seq("10"), b"b").status, 409);
     assert_eq!(h.reply("POST", KEY, &seq("2"), b"b").status, 409);
     assert_eq!(h.reply("POST", KEY, &seq("3"), b"b").status, 204);
+    // A close-only POST keeps the order too: a regression is 409 and the
+    // stream stays open; a later sequence closes it.
+    let close = |s| [("stream-closed", "true"), ("stream-seq", s)];
+    assert_eq!(h.reply("POST", KEY, &close("2"), b"").status, 409);
+    assert_eq!(h.reply("POST", KEY, &seq("4"), b"c").status, 204);
+    let closed = h.reply("POST", KEY, &close("5"), b"");
+    assert_eq!(
+        (closed.status, closed.get_header("stream-closed")),
+        (204, Some("true"))
+    );
 }
 
 fn producer<'a>(epoch: &'a str, seq: &'a str) -> [(&'a str, &'a str); 4] {
@@ -390,6 +400,13 @@ fn reads_validate_offsets_and_honour_etags() {
         400
     );
     let full = h.reply("GET", KEY, &[], b"");
+    // §10.1: data chunks are cacheable, also the one reaching the tail; the
+    // empty answer at the tail is not.
+    let public = "public, max-age=60, stale-while-revalidate=300";
+    assert_eq!(full.get_header("cache-control"), Some(public));
+    let tail = full.get_header("stream-next-offset").unwrap().to_string();
+    let at_tail = h.reply("GET", &format!("{KEY}?offset={tail}"), &[], b"");
+    assert_eq!(at_tail.get_header("cache-control"), Some("no-store"));
     let tag = full.get_header("etag").unwrap().to_string();
     let not_modified = h.reply("GET", KEY, &[("if-none-match", &tag)], b"");
     assert_eq!(not_modified.status, 304);
