@@ -115,6 +115,12 @@ fn route_v1_stream(rest: &str) -> Target {
     if path.len() > MAX_V1_PATH_BYTES || path.contains('\0') {
         return Target::Invalid("stream path is too long or contains NUL");
     }
+    // PROTOCOL.md §10.2 (sanitize stream URLs against path traversal): a
+    // `.` or `..` segment names a stream no client can reach, since URL
+    // resolution (RFC 3986 §5.2.4) removes it, also from `Location`.
+    if path.split('/').any(|segment| segment == "." || segment == "..") {
+        return Target::Invalid("stream path must not contain '.' or '..' segments");
+    }
     let key = format!("{V1_PREFIX}{path}");
     Target::Stream {
         surface: Surface::V1,
@@ -174,6 +180,11 @@ mod tests {
         );
         assert!(matches!(route("/v1/stream/%FF"), Target::Invalid(_)));
         assert_eq!(route("/v1/stream/"), Target::NotFound);
+        for dots in ["../../b/s", "./y", "a/./b", "a/..", "%2e%2E/x"] {
+            let target = route(&format!("/v1/stream/{dots}"));
+            assert!(matches!(target, Target::Invalid(_)), "{dots}");
+        }
+        assert!(matches!(route("/v1/stream/a..b/.c"), Target::Stream { .. }));
     }
 
     #[test]
