@@ -535,3 +535,44 @@ fn sigterm_exits_cleanly_with_open_connections() {
         Err(e) => panic!("long-poll during shutdown: {e}"),
     }
 }
+
+/// RFC 9112 §6.1: no Transfer-Encoding in an answer to HTTP/1.0. An SSE
+/// response (and a bootstrap) to an HTTP/1.0 request carries its events
+/// raw and ends by closing the connection.
+#[test]
+fn http_1_0_streamed_bodies_are_raw_and_end_with_the_connection() {
+    use std::io::{Read, Write};
+    let s = Server::start(&["--sse-cycle-ms", "300"]);
+    assert_eq!(req(s.addr, "PUT", "/legacy-clients", &[], b"").status, 201);
+    let text = [("Content-Type", "text/plain")];
+    for path in ["/v1/stream/old-client", "/legacy-clients/client"] {
+        assert_eq!(req(s.addr, "PUT", path, &text, b"hello").status, 201);
+    }
+    // Each body starts with what the client must see first: no chunk size.
+    let cases = [
+        (
+            "/v1/stream/old-client?offset=-1&live=sse",
+            "event:",
+            "data:hello",
+        ),
+        ("/legacy-clients/client/bootstrap", "--", "hello"),
+    ];
+    for (target, first, needle) in cases {
+        let mut socket = TcpStream::connect(s.addr).unwrap();
+        socket
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        write!(socket, "GET {target} HTTP/1.0\r\n\r\n").unwrap();
+        let mut answer = Vec::new();
+        socket
+            .read_to_end(&mut answer)
+            .expect("the server closes the connection");
+        let answer = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+        let (head, body) = answer.split_once("\r\n\r\n").expect("a head");
+        assert!(head.starts_with("http/1.1 200"), "{target}: {head}");
+        assert!(!head.contains("transfer-encoding"), "{target}: {head}");
+        assert!(head.contains("connection: close"), "{target}: {head}");
+        assert!(body.contains(needle), "{target}: {body}");
+        assert!(body.starts_with(first), "{target}: {body}");
+    }
+}

@@ -51,6 +51,61 @@ pub enum Framing {
     Length,
     /// `Transfer-Encoding: chunked`, for streamed bodies.
     Chunked,
+    /// No length: the body ends when the connection closes (RFC 9112
+    /// §6.3), for streamed bodies to HTTP/1.0 clients.
+    UntilClose,
+}
+
+/// How a streamed body (SSE, bootstrap) goes on the wire: chunked to
+/// HTTP/1.1 clients, raw until the connection closes to HTTP/1.0 ones
+/// (RFC 9112 §6.1: no Transfer-Encoding in answers to HTTP/1.0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Streamed {
+    chunked: bool,
+}
+
+impl Streamed {
+    pub fn for_request(http11: bool) -> Streamed {
+        Streamed { chunked: http11 }
+    }
+
+    pub fn framing(self) -> Framing {
+        match self.chunked {
+            true => Framing::Chunked,
+            false => Framing::UntilClose,
+        }
+    }
+
+    /// Whether the connection may serve another request after the body.
+    pub fn keeps_alive(self) -> bool {
+        self.chunked
+    }
+
+    /// Appends `data` as the next piece of the body.
+    pub fn frame(self, data: &[u8], out: &mut Vec<u8>) {
+        match self.chunked {
+            true => chunk(data, out),
+            false => out.extend_from_slice(data),
+        }
+    }
+
+    /// A piece already framed as a chunk (shared by many responses), as
+    /// this body sends it.
+    pub fn from_chunk(self, framed: &bytes::Bytes) -> bytes::Bytes {
+        if self.chunked || framed.is_empty() {
+            return framed.clone();
+        }
+        let data_at = memchr::memmem::find(framed, b"\r\n").expect("a chunk has a size line") + 2;
+        framed.slice(data_at..framed.len() - 2)
+    }
+
+    /// What ends the body.
+    pub fn end(self) -> &'static [u8] {
+        match self.chunked {
+            true => LAST_CHUNK,
+            false => b"",
+        }
+    }
 }
 
 /// Writes the status line and headers of `resp`, then its body unless the
@@ -84,9 +139,9 @@ pub fn encode(
         Framing::Length if !bodiless && !unknown_length => {
             push_header(out, "content-length", &resp.body.len().to_string())
         }
-        Framing::Length => {}
+        Framing::Length | Framing::UntilClose => {}
     }
-    if !keep_alive {
+    if !keep_alive || framing == Framing::UntilClose {
         push_header(out, "connection", "close");
     }
     out.extend_from_slice(b"\r\n");

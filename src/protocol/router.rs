@@ -118,7 +118,10 @@ fn route_v1_stream(rest: &str) -> Target {
     // PROTOCOL.md §10.2 (sanitize stream URLs against path traversal): a
     // `.` or `..` segment names a stream no client can reach, since URL
     // resolution (RFC 3986 §5.2.4) removes it, also from `Location`.
-    if path.split('/').any(|segment| segment == "." || segment == "..") {
+    if path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
         return Target::Invalid("stream path must not contain '.' or '..' segments");
     }
     let key = format!("{V1_PREFIX}{path}");

@@ -7,11 +7,11 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::Shard;
-use super::conn::{respond, responding, write_bytes};
+use super::conn::{respond, responding, send_piece, write_bytes};
 use super::dispatch::advertised;
 use super::store;
 use crate::http::parse::{Method, RequestHead};
-use crate::http::render::{self, Framing};
+use crate::http::render::{self, Streamed};
 use crate::protocol::bootstrap;
 use crate::protocol::response::not_found;
 use crate::protocol::{Request, Response};
@@ -89,30 +89,26 @@ pub async fn serve(
     responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
     let head_only = head.method == Method::Head;
-    render::encode(&reply_head, Framing::Chunked, keep, head_only, &mut out);
+    let streamed = Streamed::for_request(head.http11);
+    let keep = keep && streamed.keeps_alive();
+    render::encode(&reply_head, streamed.framing(), keep, head_only, &mut out);
     if !write_bytes(socket, out).await {
         return false;
     }
     if head_only {
         return keep;
     }
-    let ok = parts(shard, socket, key, &plan, &boundary).await;
-    ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
+    let ok = parts(shard, (socket, streamed), key, &plan, &boundary).await;
+    ok && write_bytes(socket, streamed.end().to_vec()).await && keep
 }
 
 /// Writes a chunk; false when the client went away.
-async fn send(socket: &mut TcpStream, bytes: &[u8]) -> bool {
-    let mut out = Vec::new();
-    render::chunk(bytes, &mut out);
-    out.is_empty() || write_bytes(socket, out).await
-}
-
 /// The snapshot part, the message parts, the closing delimiter. A part
 /// that contains the boundary (or a failed read) ends the response early,
 /// so the client sees an incomplete entity rather than a forged one.
 async fn parts(
     shard: &Shard,
-    socket: &mut TcpStream,
+    (socket, streamed): (&mut TcpStream, Streamed),
     key: &str,
     plan: &Plan,
     boundary: &str,
@@ -127,7 +123,7 @@ async fn parts(
         }
         None => bootstrap::part(&mut out, boundary, "application/octet-stream", b""),
     };
-    if !first || !send(socket, &out).await {
+    if !first || !send_piece(socket, streamed, &out).await {
         return false;
     }
     let mut from = plan.start;
@@ -155,7 +151,7 @@ async fn parts(
             }
             at = end;
         }
-        if !send(socket, &out).await {
+        if !send_piece(socket, streamed, &out).await {
             return false;
         }
         from = to;
@@ -164,7 +160,7 @@ async fn parts(
     debug_assert!(from <= plan.end);
     let mut out = Vec::new();
     bootstrap::close(&mut out, boundary);
-    send(socket, &out).await
+    send_piece(socket, streamed, &out).await
 }
 
 async fn read_file(path: &std::path::Path, len: u64) -> std::io::Result<Vec<u8>> {

@@ -158,6 +158,14 @@ pub fn responding(shard: &Shard, socket: &TcpStream, status: u16) {
     shard.metrics.responding(socket.as_raw_fd(), status);
 }
 
+/// Writes `bytes` as the next piece of a streamed body (chunked or raw);
+/// false when the client went away.
+pub async fn send_piece(socket: &mut TcpStream, streamed: render::Streamed, bytes: &[u8]) -> bool {
+    let mut out = Vec::new();
+    streamed.frame(bytes, &mut out);
+    out.is_empty() || write_bytes(socket, out).await
+}
+
 fn http_error(e: &HttpError) -> Response {
     Response::error(e.status(), e.code(), &e.message())
 }

@@ -245,7 +245,8 @@ async fn stream_request(
         }
         Action::Read(plan) => {
             let if_none_match = sr.head.header("if-none-match").map(str::to_string);
-            live::serve(shard, socket, plan, keep, if_none_match).await
+            let streamed = render::Streamed::for_request(sr.head.http11);
+            live::serve(shard, (socket, streamed), plan, keep, if_none_match).await
         }
     }
 }

@@ -14,11 +14,11 @@ use bytes::Bytes;
 
 use super::Shard;
 use super::audience::{Audience, SharedStep};
-use super::conn::{respond, responding, write_bytes};
+use super::conn::{respond, responding, send_piece, write_bytes};
 use super::signal::Signal;
 use super::store::{self, FetchError};
 use crate::clock;
-use crate::http::render::{self, Framing};
+use crate::http::render::{self, Streamed};
 use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, ReadPlan};
@@ -30,7 +30,7 @@ use crate::protocol::window::Cut;
 /// stays open.
 pub async fn serve(
     shard: &Rc<Shard>,
-    socket: &mut TcpStream,
+    (socket, streamed): (&mut TcpStream, Streamed),
     plan: ReadPlan,
     keep: bool,
     if_none_match: Option<String>,
@@ -41,7 +41,7 @@ pub async fn serve(
             respond(shard, socket, reply, keep, false).await
         }
         LiveMode::LongPoll => long_poll(shard, socket, plan, keep).await,
-        LiveMode::Sse => sse(shard, socket, plan, keep).await,
+        LiveMode::Sse => sse(shard, (socket, streamed), plan, keep).await,
     }
 }
 
@@ -191,7 +191,12 @@ async fn poll_data(
     }
 }
 
-async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
+async fn sse(
+    shard: &Rc<Shard>,
+    (socket, streamed): (&mut TcpStream, Streamed),
+    plan: ReadPlan,
+    keep: bool,
+) -> bool {
     let head = shard.table.borrow().get_visible(&plan.key).map(|stream| {
         let ended = stream.is_closed() && plan.start >= stream.tail();
         (read::sse_head(stream, &plan), ended)
@@ -202,26 +207,20 @@ async fn sse(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bo
     // A stream already closed at the client's offset gets its final control
     // event and then the connection closes (PROTOCOL.md §5.7: "MUST then
     // close the connection"), announced by `Connection: close`.
-    let keep = keep && !ended;
+    let keep = keep && !ended && streamed.keeps_alive();
     responding(shard, socket, head.status);
     let mut out = Vec::new();
-    render::encode(&head, Framing::Chunked, keep, false, &mut out);
+    render::encode(&head, streamed.framing(), keep, false, &mut out);
     if !write_bytes(socket, out).await {
         return false;
     }
     let _live = shard.metrics.subscriber(Mode::Sse);
     let key = plan.key.clone();
     let audience = shard.waiters.join(&key);
-    let ok = stream_events(shard, socket, SseCursor::new(plan), &audience).await;
+    let cursor = SseCursor::new(plan);
+    let ok = stream_events(shard, (socket, streamed), cursor, &audience).await;
     shard.waiters.release(&key, audience);
-    ok && write_bytes(socket, render::LAST_CHUNK.to_vec()).await && keep
-}
-
-/// Writes one SSE step as a chunk; false when the client went away.
-async fn send(socket: &mut TcpStream, bytes: &[u8]) -> bool {
-    let mut out = Vec::new();
-    render::chunk(bytes, &mut out);
-    out.is_empty() || write_bytes(socket, out).await
+    ok && write_bytes(socket, streamed.end().to_vec()).await && keep
 }
 
 /// The next step for `cursor`: the audience's shared step when another
@@ -267,7 +266,7 @@ async fn next_step(
 /// (`done` false when the client went away or the log failed).
 async fn drain(
     shard: &Shard,
-    socket: &mut TcpStream,
+    (socket, streamed): (&mut TcpStream, Streamed),
     cursor: &mut SseCursor,
     audience: &Audience,
 ) -> Option<bool> {
@@ -276,7 +275,7 @@ async fn drain(
             Ok(step) => step,
             Err(()) => return Some(false),
         };
-        if !step.chunk.is_empty() && !write_bytes(socket, step.chunk.clone()).await {
+        if !step.chunk.is_empty() && !write_bytes(socket, streamed.from_chunk(&step.chunk)).await {
             return Some(false);
         }
         if step.done {
@@ -289,7 +288,7 @@ async fn drain(
 /// shard stops, or the client goes away (`false`).
 async fn stream_events(
     shard: &Rc<Shard>,
-    socket: &mut TcpStream,
+    (socket, streamed): (&mut TcpStream, Streamed),
     mut cursor: SseCursor,
     audience: &Audience,
 ) -> bool {
@@ -299,7 +298,7 @@ async fn stream_events(
     let mut timed_out = false;
     loop {
         let seen = signal.generation();
-        if let Some(ok) = drain(shard, socket, &mut cursor, audience).await {
+        if let Some(ok) = drain(shard, (&mut *socket, streamed), &mut cursor, audience).await {
             return ok;
         }
         let now_ms = clock::now_ms();
@@ -310,7 +309,7 @@ async fn stream_events(
             timed_out,
         );
         shard.table.borrow_mut().touch(&cursor.plan.key, now_ms);
-        if !send(socket, &step.bytes).await {
+        if !send_piece(socket, streamed, &step.bytes).await {
             return false;
         }
         if step.done || shard.stopping.get() || Instant::now() >= cycle_end {
