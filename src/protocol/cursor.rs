@@ -7,17 +7,46 @@ pub const INTERVAL_MS: u64 = 20_000;
 const MAX_JITTER_SECS: u64 = 3600;
 
 /// `jitter_seed` is any random number; the caller supplies it so this stays pure.
+/// Cursors are decimal numbers of any length: a client's cursor past
+/// `u64::MAX` must still be passed, not replaced by a smaller one.
 pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64, jitter_seed: u64) -> String {
-    let current = now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS;
-    let client = client_cursor.and_then(|c| c.parse::<u64>().ok());
+    let current = (now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS).to_string();
+    let client = client_cursor
+        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+        .map(|c| match c.trim_start_matches('0') {
+            "" => "0",
+            digits => digits,
+        });
     match client {
-        Some(client) if client >= current => {
+        Some(client) if decimal_cmp(client, &current).is_ge() => {
             let jitter_secs = 1 + jitter_seed % MAX_JITTER_SECS;
             let intervals = jitter_secs.div_ceil(INTERVAL_MS / 1000).max(1);
-            client.saturating_add(intervals).to_string()
+            decimal_add(client, intervals)
         }
-        _ => current.to_string(),
+        _ => current,
     }
+}
+
+/// Compares two decimal numbers without leading zeros.
+fn decimal_cmp(a: &str, b: &str) -> std::cmp::Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+/// `digits + add` in decimal, for numbers of any length.
+fn decimal_add(digits: &str, add: u64) -> String {
+    let mut out = Vec::with_capacity(digits.len() + 20);
+    let mut carry = u128::from(add);
+    for &d in digits.as_bytes().iter().rev() {
+        let sum = u128::from(d - b'0') + carry;
+        out.push(b'0' + (sum % 10) as u8);
+        carry = sum / 10;
+    }
+    while carry > 0 {
+        out.push(b'0' + (carry % 10) as u8);
+        carry /= 10;
+    }
+    out.reverse();
+    String::from_utf8(out).expect("decimal digits")
 }
 
 #[cfg(test)]
@@ -37,5 +66,15 @@ mod tests {
             let next: u64 = next_cursor(Some("1000"), EPOCH_MS, seed).parse().unwrap();
             assert!(next > 1000 && next <= 1000 + 180, "{next}");
         }
+    }
+
+    #[test]
+    fn cursors_past_u64_are_passed_too() {
+        let max = u64::MAX.to_string();
+        assert_eq!(next_cursor(Some(&max), EPOCH_MS, 0), "18446744073709551616");
+        let huge = next_cursor(Some("99999999999999999999"), EPOCH_MS, 0);
+        assert_eq!(huge, "100000000000000000000");
+        assert_eq!(next_cursor(Some("0009"), EPOCH_MS + 45_000, 0), "10");
+        assert_eq!(next_cursor(Some("000"), EPOCH_MS, 0), "1");
     }
 }
