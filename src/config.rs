@@ -84,6 +84,9 @@ pub struct Config {
     /// Memory for message ends and log locations over all shards; writes
     /// of new messages beyond get 503 until retention or deletes free some.
     pub max_index_bytes: u64,
+    /// Bytes of large replies held in memory until their clients read
+    /// them, over all shards; more get 503 (`shard/replies.rs`).
+    pub max_reply_bytes: u64,
     /// Longest `Producer-Id`; longer ones get 431.
     pub max_producer_id_bytes: usize,
     /// Producer ids one stream remembers; appends of a new one beyond get 429.
@@ -118,6 +121,9 @@ impl Default for Config {
             // taking append-batch frames at 500k/s (24 B each) has ~3 min
             // before retention must free room (1 GiB gave it 45 s).
             max_index_bytes: 4 << 30,
+            // 256 catch-up windows (4 MiB) in flight per shard of 2: room
+            // for many fast readers at once, yet a bound on stalled ones.
+            max_reply_bytes: 2 << 30,
             max_producer_id_bytes: ProducerLimits::default().max_id_bytes,
             max_producers_per_stream: ProducerLimits::default().max_per_stream,
         }
@@ -164,6 +170,9 @@ OPTIONS:
                                 (8 B per retained message, 24 B per append); new messages
                                 beyond get 503 until retention or deletes free some
                                 [default: 4294967296]
+    --max-reply-bytes N         bytes of large replies (catch-up windows, snapshot blobs) held
+                                until their clients read them, over all shards; more get 503
+                                with Retry-After [default: 2147483648]
     --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
     --max-producers-per-stream N
                                 producer ids a stream remembers (about 400 B each plus the
@@ -234,6 +243,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("shutdown-timeout-ms", shutdown_timeout_ms),
     setting!("access-log", access_log),
     setting!("max-index-bytes", max_index_bytes),
+    setting!("max-reply-bytes", max_reply_bytes),
     setting!("max-producer-id-bytes", max_producer_id_bytes),
     setting!("max-producers-per-stream", max_producers_per_stream),
 ];

@@ -201,3 +201,53 @@ fn producer_state_is_bounded() {
     assert_eq!(post(&s, "b", "1").status, 200, "a known producer goes on");
     assert_eq!(post(&s, "b", "1").status, 204, "and is deduplicated");
 }
+
+/// Clients that ask and never read cannot make a shard hold replies
+/// without bound: past `--max-reply-bytes` large replies get 503 (with
+/// Retry-After and a JSON body), and a write no client byte drains for
+/// `--idle-timeout-ms` is abandoned, which gives its bytes back.
+#[test]
+fn replies_held_for_clients_that_do_not_read_are_bounded() {
+    use std::io::Write;
+    let s = Server::start(&[
+        "--cores",
+        "1",
+        "--max-reply-bytes",
+        "6291456",
+        "--idle-timeout-ms",
+        "1500",
+    ]);
+    let path = "/v1/stream/slow-readers";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let mut conn = Conn::open(s.addr);
+    for i in 0..8 {
+        let r = conn.request("POST", path, &octets, &payload(0, i, 1 << 20));
+        assert_eq!(r.status, 204);
+    }
+    // A reader with a tiny receive window that never reads: its 4 MiB
+    // catch-up window stays held by the server.
+    let stalled = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    stalled.set_recv_buffer_size(4096).unwrap();
+    stalled.connect(&s.addr.into()).unwrap();
+    let mut stalled: std::net::TcpStream = stalled.into();
+    write!(stalled, "GET {path}?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let busy = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(busy.status, 503, "a second held window is past the budget");
+    assert!(busy.text().contains("replies_backlogged") && busy.header("retry-after").is_some());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let r = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+        if r.status == 200 {
+            assert_eq!(r.body.len(), 4 << 20, "one catch-up window");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled reply was never let go"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    drop(stalled);
+}

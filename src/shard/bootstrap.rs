@@ -86,6 +86,12 @@ pub async fn serve(
     let Some((plan, reply_head, boundary)) = plan(shard, key) else {
         return respond(shard, socket, not_found("stream not found"), keep, false).await;
     };
+    // The snapshot blob and one window of messages are held in memory
+    // while the client reads them.
+    let held = plan.snapshot.as_ref().map_or(0, |(s, _)| s.len) + WINDOW_BYTES;
+    let Some(_lease) = shard.lease_reply(held) else {
+        return respond(shard, socket, super::replies::busy(), keep, false).await;
+    };
     responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
     let head_only = head.method == Method::Head;

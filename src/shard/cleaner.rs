@@ -50,10 +50,15 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let interval = Duration::from_millis(shard.config.clean_interval_ms);
     let mut not_worth_it = BTreeSet::new();
     let mut passes = 0u32;
+    let mut collected = std::time::Instant::now();
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
         super::snapshot::sweep_shard(&shard);
         super::fork::sweep(&shard);
+        if collected.elapsed() >= COLLECT_EVERY {
+            super::startup::return_freed_memory(false);
+            collected = std::time::Instant::now();
+        }
         passes += 1;
         if passes.is_multiple_of(RECONSIDER_PASSES) {
             not_worth_it.clear();
@@ -286,6 +291,9 @@ fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
 fn ring_budget(shard: &Shard) -> u64 {
     shard.config.segment_bytes / 4
 }
+
+/// How often the cleaner's pass also returns freed memory to the kernel.
+const COLLECT_EVERY: Duration = Duration::from_secs(10);
 
 /// What `clean` did with a victim.
 enum Cleaned {

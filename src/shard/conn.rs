@@ -76,13 +76,20 @@ pub async fn write_bytes<B: monoio::buf::IoBuf>(socket: &mut TcpStream, bytes: B
     let mut buf = bytes;
     let mut written = 0;
     while written < buf.bytes_init() {
-        let (result, slice) = socket.write(buf.slice(written..)).await;
+        let write = socket.write(buf.slice(written..));
+        let Ok((result, slice)) = monoio::time::timeout(write_stall(), write).await else {
+            return false;
+        };
         buf = slice.into_inner();
         match result {
             Ok(0) => return false,
             Ok(n) => written += n,
             Err(e) if retryable(&e) => {
-                if socket.writable(false).await.is_err() {
+                let writable = socket.writable(false);
+                if !matches!(
+                    monoio::time::timeout(write_stall(), writable).await,
+                    Ok(Ok(()))
+                ) {
                     return false;
                 }
             }
@@ -90,6 +97,21 @@ pub async fn write_bytes<B: monoio::buf::IoBuf>(socket: &mut TcpStream, bytes: B
         }
     }
     true
+}
+
+thread_local! {
+    /// How long a write may wait for its client to take any byte: one that
+    /// stops reading must not hold its reply (and its connection) forever.
+    /// Each shard sets it from `--idle-timeout-ms` as it starts.
+    static WRITE_STALL: Cell<Duration> = const { Cell::new(Duration::from_secs(60)) };
+}
+
+pub fn set_write_stall(limit: Duration) {
+    WRITE_STALL.with(|stall| stall.set(limit));
+}
+
+fn write_stall() -> Duration {
+    WRITE_STALL.with(Cell::get)
 }
 
 /// Bodies at least this large go out in a vectored write with the head
@@ -104,6 +126,12 @@ pub async fn respond(
     keep_alive: bool,
     head_request: bool,
 ) -> bool {
+    let counted = !head_request && resp.body.len() >= super::replies::COUNTED_BYTES;
+    let lease = counted.then(|| shard.lease_reply(resp.body.len() as u64));
+    let resp = match lease {
+        Some(None) => super::replies::busy(),
+        _ => resp,
+    };
     responding(shard, socket, resp.status);
     let vectored = !head_request && resp.body.len() >= VECTORED_BODY_BYTES;
     let mut out = Vec::with_capacity(512 + if vectored { 0 } else { resp.body.len() });
@@ -125,9 +153,10 @@ pub async fn respond(
 /// writes, so the loop is ours.)
 async fn write_vectored(socket: &mut TcpStream, head: Vec<u8>, body: Vec<u8>) -> bool {
     let total = head.len() + body.len();
-    let (result, parts) = socket
-        .writev(monoio::buf::VecBuf::from(vec![head, body]))
-        .await;
+    let writev = socket.writev(monoio::buf::VecBuf::from(vec![head, body]));
+    let Ok((result, parts)) = monoio::time::timeout(write_stall(), writev).await else {
+        return false;
+    };
     let mut parts: Vec<Vec<u8>> = parts.into();
     let body = parts.pop().unwrap_or_default();
     let head = parts.pop().unwrap_or_default();

@@ -17,6 +17,7 @@ pub mod live;
 pub mod mesh;
 pub mod metrics;
 pub mod placement;
+pub mod replies;
 pub mod signal;
 pub mod snapshot;
 pub mod startup;
@@ -58,6 +59,8 @@ pub struct Shard {
     pub pending_blobs: RefCell<HashSet<PathBuf>>,
     /// This shard's counters, gauges and histograms (`/v1/metrics`).
     pub metrics: crate::metrics::Metrics,
+    /// Reply bytes held for clients still to read them (`replies.rs`).
+    pub replies: replies::ReplyBudget,
     jitter: Cell<u64>,
 }
 
@@ -84,12 +87,19 @@ impl Shard {
             head_segment: Cell::new(0),
             pending_blobs: RefCell::new(HashSet::new()),
             metrics: crate::metrics::Metrics::default(),
+            replies: replies::ReplyBudget::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
 
     pub fn shards(&self) -> usize {
         self.mesh.len()
+    }
+
+    /// A lease on `bytes` of this shard's share of `--max-reply-bytes`.
+    pub fn lease_reply(&self, bytes: u64) -> Option<replies::ReplyLease<'_>> {
+        let limit = self.config.max_reply_bytes / self.config.cores as u64;
+        self.replies.lease(bytes, limit)
     }
 
     /// Applies decided commands to the head state and queues their log

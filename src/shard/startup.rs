@@ -99,13 +99,20 @@ async fn recover(
 /// Recovers the shard, takes part in the registry exchange, opens the log.
 /// Recovery's scratch maps (records placed, images) are freed by now; hand
 /// the freed pages back to the kernel so resident memory reflects the
-/// streams kept, not the replay's peak (the allocator, mimalloc, keeps them
-/// in this thread's heap otherwise).
+/// streams kept, not the replay's peak.
 fn release_recovery_memory() {
+    return_freed_memory(true);
+}
+
+/// Hands pages this thread freed back to the kernel: the allocator,
+/// mimalloc, keeps them in the thread's heap until it allocates again, so
+/// a shard gone quiet after a burst (large replies, say) would otherwise
+/// stay at its peak resident size.
+pub fn return_freed_memory(force: bool) {
     // SAFETY: mi_collect only walks the allocator's own heaps (this
     // thread's and abandoned ones); it takes no pointers from us.
     unsafe {
-        libmimalloc_sys::mi_collect(true);
+        libmimalloc_sys::mi_collect(force);
     }
 }
 
@@ -132,6 +139,7 @@ pub async fn start(
     table.publish_all();
     table.set_index_budget(config.max_index_bytes / config.cores as u64);
     table.set_producer_limits(config.producer_limits());
+    super::conn::set_write_stall(std::time::Duration::from_millis(config.idle_timeout_ms));
     release_recovery_memory();
     let storage_for_reads = storage.clone();
     let appender = Appender::open(

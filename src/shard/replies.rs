@@ -1,0 +1,82 @@
+//! The budget of reply bytes a shard holds while clients take them: a
+//! reply is built whole in memory (a catch-up window, a snapshot blob) and
+//! stays there until its client has read it, so clients that ask and never
+//! read could otherwise make a shard hold gigabytes. Large replies take a
+//! lease on `--max-reply-bytes` ÷ shards; past it they are answered 503
+//! with Retry-After (and a stalled write ends after `--idle-timeout-ms`,
+//! `conn::write_bytes`).
+
+use std::cell::Cell;
+
+use crate::protocol::Response;
+
+/// Replies smaller than this are not counted: error bodies and small
+/// reads must always get through.
+pub const COUNTED_BYTES: usize = 64 << 10;
+
+#[derive(Default)]
+pub struct ReplyBudget {
+    held: Cell<u64>,
+}
+
+/// Bytes of one reply held until it is written (or its client is gone).
+pub struct ReplyLease<'a> {
+    budget: &'a ReplyBudget,
+    bytes: u64,
+}
+
+impl ReplyBudget {
+    /// A lease on `bytes`, unless that would take the held bytes past
+    /// `limit` (a reply larger than the whole limit still goes out alone).
+    pub fn lease(&self, bytes: u64, limit: u64) -> Option<ReplyLease<'_>> {
+        let held = self.held.get();
+        if held > 0 && held + bytes > limit {
+            return None;
+        }
+        self.held.set(held + bytes);
+        Some(ReplyLease {
+            budget: self,
+            bytes,
+        })
+    }
+
+    pub fn held(&self) -> u64 {
+        self.held.get()
+    }
+}
+
+impl Drop for ReplyLease<'_> {
+    fn drop(&mut self) {
+        let held = self.budget.held.get();
+        debug_assert!(held >= self.bytes, "reply budget underflow");
+        self.budget.held.set(held.saturating_sub(self.bytes));
+    }
+}
+
+/// The answer when the budget is spent: clients are slow to read.
+pub fn busy() -> Response {
+    Response::error(
+        503,
+        "replies_backlogged",
+        "too many reply bytes wait for their clients to read them; retry shortly",
+    )
+    .header("retry-after", "1")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_stop_at_the_limit_and_come_back_when_dropped() {
+        let budget = ReplyBudget::default();
+        let big = budget.lease(100, 60).expect("alone it goes out");
+        assert!(budget.lease(1, 60).is_none(), "past the limit");
+        drop(big);
+        let a = budget.lease(40, 60).unwrap();
+        let b = budget.lease(20, 60).unwrap();
+        assert!(budget.lease(1, 60).is_none());
+        drop((a, b));
+        assert_eq!(budget.held(), 0);
+    }
+}
