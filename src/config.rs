@@ -166,9 +166,10 @@ OPTIONS:
     --shutdown-timeout-ms MS    after SIGTERM/SIGINT, how long live responses may take to end
                                 and the log to be synced; past it rill exits with status 1
                                 [default: 10000]
-    --max-index-bytes N         memory for message ends and log locations over all shards
-                                (8 B per retained message, 24 B per append); new messages
-                                beyond get 503 until retention or deletes free some
+    --max-index-bytes N         memory for message ends, log locations and streams over all
+                                shards (8 B per retained message, 24 B per append, 1 KiB per
+                                stream plus its key and attributes); creates and new
+                                messages beyond get 503 until retention or deletes free some
                                 [default: 4294967296]
     --max-reply-bytes N         bytes of large replies (catch-up windows, snapshot blobs) held
                                 until their clients read them, over all shards; more get 503

@@ -96,6 +96,9 @@ fn replace(req: &Request, table: &Table) -> Result<Action, Response> {
     if stream.attrs == attrs {
         return Ok(Action::Reply(Response::new(204)));
     }
+    if attrs.len() > stream.attrs.len() && table.index_full() {
+        return Err(super::response::index_full());
+    }
     let command = Command::SetAttrs {
         key: req.key.to_string(),
         stream_id: stream.id,

@@ -30,7 +30,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
             same_attrs,
         )));
     }
-    if !data.is_empty() && table.index_full() {
+    if table.index_full() {
         return Err(Action::Reply(super::response::index_full()));
     }
     let tail = data.len() as u64;

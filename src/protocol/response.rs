@@ -55,8 +55,9 @@ pub fn not_found(message: &str) -> Response {
     Response::error(404, "not_found", message)
 }
 
-/// A write of new messages while the shard's index budget is spent
-/// (`--max-index-bytes`): retention or deletes free room.
+/// A create, or a write of new messages or larger attributes, while the
+/// shard's index budget is spent (`--max-index-bytes`): retention or
+/// deletes free room.
 pub fn index_full() -> Response {
     Response::error(
         503,

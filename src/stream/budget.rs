@@ -1,10 +1,12 @@
 //! The index budget (issue 4: the ordinal-to-offset index stays in memory
 //! within a bounded budget). Every stream keeps, per retained message, its
 //! end (`RecordIndex`, one per JSON record or per append) and, per
-//! committed append, its log location (`Extent`). The table counts what all
-//! of them take, exactly, as commands apply, publish and roll back; writes
-//! that would add to an index over its budget are refused (503) by
-//! `protocol` until retention or deletes free entries. Retention frees the
+//! committed append, its log location (`Extent`); and it takes its key,
+//! its attributes and a fixed share for the rest of its metadata, so that
+//! creating streams cannot grow memory without bound either. The table
+//! counts what all of them take as commands apply, publish and roll back;
+//! creates and writes that would add to it over its budget are refused
+//! (503) by `protocol` until retention or deletes free entries. Retention frees the
 //! entries before the retained point (extensions §6.10 allows reclaiming
 //! exactly those).
 
@@ -34,11 +36,16 @@ impl Default for ProducerLimits {
 /// Memory of one message end and of one extent.
 pub const END_BYTES: u64 = 8;
 pub const EXTENT_BYTES: u64 = 16;
+/// A stream's own metadata besides its key and attributes (measured:
+/// ~1 KiB of resident memory per idle stream, docs/OPERATIONS.md).
+pub const STREAM_BYTES: u64 = 1024;
 
 impl Stream {
-    /// What this stream's indexes take.
+    /// What this stream's indexes and metadata take (its key aside).
     pub fn index_footprint(&self) -> u64 {
-        self.messages.len() as u64 * END_BYTES + self.data.extent_count() as u64 * EXTENT_BYTES
+        let indexes =
+            self.messages.len() as u64 * END_BYTES + self.data.extent_count() as u64 * EXTENT_BYTES;
+        indexes + STREAM_BYTES + self.attrs.len() as u64
     }
 }
 
@@ -78,6 +85,7 @@ impl Table {
     }
 
     pub(super) fn footprint_of(&self, key: &str) -> u64 {
-        self.streams.get(key).map_or(0, Stream::index_footprint)
+        let stream = self.streams.get(key);
+        stream.map_or(0, |s| s.index_footprint() + key.len() as u64)
     }
 }

@@ -115,7 +115,7 @@ impl Table {
     /// Adds a stream rebuilt by recovery (durable, nothing cached).
     pub fn restore(&mut self, key: String, stream: Stream) {
         self.count_fork(&stream, true);
-        self.index_used += stream.index_footprint();
+        self.index_used += stream.index_footprint() + key.len() as u64;
         self.cache.keys.insert(stream.id, key.clone());
         self.streams.insert(key, stream);
     }
