@@ -24,6 +24,8 @@ use crate::stream::{Command, ForkOrigin};
 
 /// Inherited bytes logged before the fork waits for them to commit.
 const IN_FLIGHT_BYTES: usize = 8 << 20;
+/// The most inherited bytes one fetch reads.
+const FETCH_WINDOW_BYTES: u64 = 1 << 20;
 /// Messages a source has in flight to one fork.
 const CHANNEL_DEPTH: usize = 4;
 
@@ -71,14 +73,24 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
     if tx.send_async(Lent::Plan(Ok(plan))).await.is_err() {
         return;
     }
-    for (start, len) in pieces {
-        let lent = match store::fetch(&shard, &key, id, start, start + len).await {
-            Ok(bytes) => Lent::Piece { start, bytes },
-            Err(e) => Lent::Failed(fetch_failed(e)),
+    for window in windows(&pieces) {
+        let (from, to) = (
+            window[0].0,
+            window[window.len() - 1].0 + window[window.len() - 1].1,
+        );
+        let bytes = match store::fetch(&shard, &key, id, from, to).await {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = tx.send_async(Lent::Failed(fetch_failed(e))).await;
+                return;
+            }
         };
-        let failed = matches!(lent, Lent::Failed(_));
-        if tx.send_async(lent).await.is_err() || failed {
-            return;
+        for &(start, len) in window {
+            let at = (start - from) as usize;
+            let bytes = bytes[at..at + len as usize].to_vec();
+            if tx.send_async(Lent::Piece { start, bytes }).await.is_err() {
+                return;
+            }
         }
     }
     let lent = match store::fetch(&shard, &key, id, prefix.0, prefix.1).await {
@@ -86,6 +98,26 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
         Err(e) => Lent::Failed(fetch_failed(e)),
     };
     let _ = tx.send_async(lent).await;
+}
+
+/// Inherited appends fetched together: consecutive pieces up to
+/// `FETCH_WINDOW_BYTES`. One fetch reads a window's runs of the log
+/// sequentially where a fetch per append paid a read per append (forks of
+/// forks hold data no longer cached, one piece per inherited append).
+fn windows(pieces: &[(u64, u64)]) -> Vec<&[(u64, u64)]> {
+    let mut out = Vec::new();
+    let mut first = 0;
+    for i in 1..=pieces.len() {
+        let span = |end: usize| pieces[end - 1].0 + pieces[end - 1].1 - pieces[first].0;
+        let ends_here = i == pieces.len()
+            || pieces[i].0 != pieces[i - 1].0 + pieces[i - 1].1
+            || span(i + 1) > FETCH_WINDOW_BYTES;
+        if ends_here {
+            out.push(&pieces[first..i]);
+            first = i;
+        }
+    }
+    out
 }
 
 /// Fork side: a PUT with `Stream-Forked-From` on the fork's owner.
@@ -349,5 +381,33 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
         }
         MeshMsg::ForkReleased { source, source_id } => collect(shard, source, source_id),
         _ => unreachable!("only fork messages come here"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows_join_contiguous_pieces_up_to_the_window() {
+        let mb = FETCH_WINDOW_BYTES;
+        let pieces = [
+            (0, 10),
+            (10, 5),
+            (20, 5),
+            (25, mb),
+            (25 + mb, 1),
+            (26 + mb, 2 * mb),
+        ];
+        let got: Vec<Vec<(u64, u64)>> = windows(&pieces).iter().map(|w| w.to_vec()).collect();
+        let want = [
+            vec![(0, 10), (10, 5)],
+            vec![(20, 5)],
+            vec![(25, mb)],
+            vec![(25 + mb, 1)],
+            vec![(26 + mb, 2 * mb)],
+        ];
+        assert_eq!(got, want);
+        assert!(windows(&[]).is_empty());
     }
 }
