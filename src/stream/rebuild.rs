@@ -12,7 +12,7 @@ use super::command::{Command, ProducerWrite};
 use super::data::{Extent, StreamData};
 use super::records::RecordIndex;
 use super::state::{ProducerState, RecentWrites, Stream, WriteRange};
-use super::table::{Table, incarnation_id, records_in};
+use super::table::{Table, incarnation_id};
 
 /// Where a record's data bytes are: (segment, file position).
 pub type Location = (u64, u64);
@@ -177,12 +177,12 @@ impl Rebuild {
                 now_ms,
             } => {
                 let json = self.meta.get(&key).is_none_or(content_is_json);
-                self.place(stream_id, start, &data, location, json);
+                let records = self.place(stream_id, start, &data, location, json);
                 if let Some(p) = &producer {
                     let range = WriteRange {
                         start,
                         end: start + data.len() as u64,
-                        records: records_in(&data, json),
+                        records,
                         // Known once the index is rebuilt (`restore_ranges`).
                         records_next: None,
                     };
@@ -270,6 +270,9 @@ impl Rebuild {
         }
     }
 
+    /// Places a record's data; returns how many records (messages) it
+    /// holds: one per line on JSON streams, one per non-empty append
+    /// otherwise (as `table::push_data` counts them).
     fn place(
         &mut self,
         stream_id: u64,
@@ -277,25 +280,29 @@ impl Rebuild {
         data: &[u8],
         location: Option<Location>,
         json: bool,
-    ) {
-        let Some(location) = location.filter(|_| !data.is_empty()) else {
-            return;
-        };
-        let newlines = match json {
+    ) -> u32 {
+        let newlines: Vec<u64> = match json {
             true => memchr::memchr_iter(b'\n', data)
                 .map(|i| start + i as u64 + 1)
                 .collect(),
             false => Vec::new(),
         };
-        let piece = Piece {
-            len: data.len() as u64,
-            location,
-            newlines,
+        let records = match json {
+            true => newlines.len(),
+            false => usize::from(!data.is_empty()),
         };
-        self.placed
-            .entry(stream_id)
-            .or_default()
-            .insert(start, piece);
+        if let Some(location) = location.filter(|_| !data.is_empty()) {
+            let piece = Piece {
+                len: data.len() as u64,
+                location,
+                newlines,
+            };
+            self.placed
+                .entry(stream_id)
+                .or_default()
+                .insert(start, piece);
+        }
+        u32::try_from(records).expect("an append's records fit u32")
     }
 
     /// The table recovery leaves: every stream with its extents and

@@ -585,17 +585,6 @@ fn record_producer(
     stream.producers.insert(p.id.clone(), state);
 }
 
-/// The records an append of canonical `data` makes (`push_data`): one per
-/// line on JSON streams, one per non-empty append otherwise. For recovery,
-/// which sees the data before the index exists.
-pub(super) fn records_in(data: &[u8], json: bool) -> u32 {
-    let records = match json {
-        true => memchr::memchr_iter(b'\n', data).count(),
-        false => usize::from(!data.is_empty()),
-    };
-    u32::try_from(records).expect("an append's records fit u32")
-}
-
 /// Appends canonical bytes and records message boundaries: one per line on
 /// JSON streams, one per append otherwise.
 pub(super) fn push_data(stream: &mut Stream, data: Vec<u8>) {
