@@ -81,8 +81,9 @@ pub struct Config {
     pub shutdown_timeout_ms: u64,
     /// One log line per answered request (issue 7 "Logs").
     pub access_log: bool,
-    /// Memory for message ends and log locations over all shards; writes
-    /// of new messages beyond get 503 until retention or deletes free some.
+    /// Memory for message ends, log locations and streams over all shards;
+    /// creates and writes of new messages beyond get 503 until retention or
+    /// deletes free some.
     pub max_index_bytes: u64,
     /// Bytes of large replies held in memory until their clients read
     /// them, over all shards; more get 503 (`shard/replies.rs`).

@@ -9,6 +9,7 @@ use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
 use super::{Action, Request, content_type, json, offset, records};
+use crate::stream::budget::ProducerLimits;
 use crate::stream::{Command, ProducerWrite, Stream, Table};
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -136,25 +137,10 @@ fn no_records(stream: &Stream, reply: Response) -> Response {
 /// the bounds on producer state (`ProducerLimits`).
 fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(), Response> {
     let state = stream.producers.get(&p.id);
-    let limits = table.producer_limits();
     // Known producers go on (a limit lowered since must not refuse their
     // retries); the bounds apply to the state a new one would add.
-    if state.is_none() && p.id.len() > limits.max_id_bytes {
-        return Err(Response::error(
-            431,
-            "producer_id_too_long",
-            &format!("Producer-Id is longer than {} bytes", limits.max_id_bytes),
-        ));
-    }
-    if state.is_none() && stream.producers.len() >= limits.max_per_stream {
-        return Err(Response::error(
-            429,
-            "too_many_producers",
-            &format!(
-                "the stream already remembers {} producers (the limit)",
-                limits.max_per_stream
-            ),
-        ));
+    if state.is_none() {
+        check_new_producer(table.producer_limits(), stream, p)?;
     }
     match decide_producer(state, p.epoch, p.seq) {
         ProducerDecision::Accept => Ok(()),
@@ -177,6 +163,33 @@ fn check_producer(table: &Table, stream: &Stream, p: &ProducerWrite) -> Result<(
                 .header("producer-received-seq", received.to_string()))
         }
     }
+}
+
+/// 431 for an id past `--max-producer-id-bytes`, 429 for one producer more
+/// than `--max-producers-per-stream`.
+fn check_new_producer(
+    limits: ProducerLimits,
+    stream: &Stream,
+    p: &ProducerWrite,
+) -> Result<(), Response> {
+    if p.id.len() > limits.max_id_bytes {
+        return Err(Response::error(
+            431,
+            "producer_id_too_long",
+            &format!("Producer-Id is longer than {} bytes", limits.max_id_bytes),
+        ));
+    }
+    if stream.producers.len() >= limits.max_per_stream {
+        return Err(Response::error(
+            429,
+            "too_many_producers",
+            &format!(
+                "the stream already remembers {} producers (the limit)",
+                limits.max_per_stream
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A deduplicated retry answers the original append's ranges while the

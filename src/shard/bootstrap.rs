@@ -108,7 +108,6 @@ pub async fn serve(
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep
 }
 
-/// Writes a chunk; false when the client went away.
 /// The snapshot part, the message parts, the closing delimiter. A part
 /// that contains the boundary (or a failed read) ends the response early,
 /// so the client sees an incomplete entity rather than a forged one.

@@ -127,8 +127,9 @@ pub async fn respond(
     head_request: bool,
 ) -> bool {
     let counted = !head_request && resp.body.len() >= super::replies::COUNTED_BYTES;
+    // Held until the reply is written (this function's end).
     let lease = counted.then(|| shard.lease_reply(resp.body.len() as u64));
-    let resp = match lease {
+    let resp = match &lease {
         Some(None) => super::replies::busy(),
         _ => resp,
     };

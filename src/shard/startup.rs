@@ -96,14 +96,6 @@ async fn recover(
     Ok((recovered, table, registry, storage))
 }
 
-/// Recovers the shard, takes part in the registry exchange, opens the log.
-/// Recovery's scratch maps (records placed, images) are freed by now; hand
-/// the freed pages back to the kernel so resident memory reflects the
-/// streams kept, not the replay's peak.
-fn release_recovery_memory() {
-    return_freed_memory(true);
-}
-
 /// Hands pages this thread freed back to the kernel: the allocator,
 /// mimalloc, keeps them in the thread's heap until it allocates again, so
 /// a shard gone quiet after a burst (large replies, say) would otherwise
@@ -116,6 +108,7 @@ pub fn return_freed_memory(force: bool) {
     }
 }
 
+/// Recovers the shard, takes part in the registry exchange, opens the log.
 /// `None` when startup must stop (the reason was printed or reported).
 pub async fn start(
     index: usize,
@@ -140,7 +133,9 @@ pub async fn start(
     table.set_index_budget(config.max_index_bytes / config.cores as u64);
     table.set_producer_limits(config.producer_limits());
     super::conn::set_write_stall(std::time::Duration::from_millis(config.idle_timeout_ms));
-    release_recovery_memory();
+    // Recovery's scratch maps (records placed, images) are freed by now:
+    // resident memory should reflect the streams kept, not replay's peak.
+    return_freed_memory(true);
     let storage_for_reads = storage.clone();
     let appender = Appender::open(
         storage,

@@ -134,7 +134,7 @@ fn decode_recent(r: &mut Reader<'_>) -> Result<Vec<RecentWrites>, CodecError> {
             let seq = r.u64()?;
             // As `encode_recent` writes them: filled slots, in slot order.
             let slot = seq as usize % RECENT_WRITES;
-            if seq == u64::MAX || last_slot.is_some_and(|last| slot <= last) {
+            if seq == RecentWrites::NO_SEQ || last_slot.is_some_and(|last| slot <= last) {
                 return Err(CodecError::BadRing);
             }
             last_slot = Some(slot);

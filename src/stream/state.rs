@@ -56,10 +56,12 @@ impl Default for RecentWrites {
 }
 
 impl RecentWrites {
-    /// Sequences stay below 2^53, so u64::MAX marks an empty slot.
+    /// The sequence of an empty slot: sequences stay below 2^53.
+    pub const NO_SEQ: u64 = u64::MAX;
+
     pub const EMPTY: RecentWrites = RecentWrites {
         slots: [(
-            u64::MAX,
+            Self::NO_SEQ,
             WriteRange {
                 start: 0,
                 end: 0,
@@ -78,7 +80,7 @@ impl RecentWrites {
         self.slots
             .iter()
             .copied()
-            .filter(|&(seq, _)| seq != u64::MAX)
+            .filter(|&(seq, _)| seq != Self::NO_SEQ)
     }
 
     pub fn range_of(&self, seq: u64) -> Option<WriteRange> {
@@ -90,7 +92,7 @@ impl RecentWrites {
     /// (`ordinal_at` of its end offset, while the index still holds it).
     pub fn fill_ordinals(&mut self, ordinal_at: impl Fn(u64) -> Option<u64>) {
         for (seq, range) in self.slots.iter_mut() {
-            if *seq != u64::MAX && range.records_next.is_none() {
+            if *seq != Self::NO_SEQ && range.records_next.is_none() {
                 range.records_next = ordinal_at(range.end);
             }
         }
