@@ -194,8 +194,57 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Ht
     match req.parse(window) {
         Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
         Ok(httparse::Status::Partial) => incomplete(buf, limits),
+        Err(httparse::Error::Version) if later_minor_version(window).is_some() => {
+            parse_as_http11(window, limits)
+        }
         Err(e) => Err(map_httparse_error(e, window)),
     }
+}
+
+/// RFC 9110 §2.5: a message of a later HTTP/1.x minor version SHOULD be
+/// processed as the highest minor version the recipient conforms to, 1.1.
+/// httparse refuses any version but 1.0 and 1.1, so the head is parsed
+/// again from a copy whose version says 1.1 (only on this rare path).
+fn parse_as_http11(window: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
+    let minor = later_minor_version(window).expect("checked by the caller");
+    let mut copy = window.to_vec();
+    copy[minor] = b'1';
+    let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(&copy) {
+        Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
+        Ok(httparse::Status::Partial) => Err(HttpError::Malformed("invalid request line")),
+        Err(e) => Err(map_httparse_error(e, &copy)),
+    }
+}
+
+/// The position of the minor digit when the request line ends in
+/// `HTTP/1.d` with d at least 2.
+fn later_minor_version(window: &[u8]) -> Option<usize> {
+    let version = request_line_version(window)?;
+    match window.get(version..version + 8)? {
+        [b'H', b'T', b'T', b'P', b'/', b'1', b'.', minor] if (b'2'..=b'9').contains(minor) => {
+            Some(version + 7)
+        }
+        _ => None,
+    }
+}
+
+/// Where the last word of the first non-empty line starts.
+fn request_line_version(window: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    for line in window.split(|&b| b == b'\n') {
+        let trimmed = line.strip_suffix(b"\r").unwrap_or(line);
+        if !trimmed.is_empty() {
+            let word = trimmed
+                .iter()
+                .rposition(|&b| b == b' ')
+                .map_or(0, |i| i + 1);
+            return Some(start + word);
+        }
+        start += line.len() + 1;
+    }
+    None
 }
 
 fn incomplete(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
@@ -232,15 +281,12 @@ fn map_httparse_error(e: httparse::Error, window: &[u8]) -> HttpError {
 
 /// Whether the request line ends in a syntactically valid `HTTP/d.d`.
 fn looks_like_http_version(window: &[u8]) -> bool {
-    let Some(line) = window
-        .split(|&b| b == b'\n')
-        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
-        .find(|l| !l.is_empty())
-    else {
+    let Some(start) = request_line_version(window) else {
         return false;
     };
-    let version = line.rsplit(|&b| b == b' ').next().unwrap_or(line);
-    matches!(version, [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+    let rest = &window[start..];
+    let end = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
+    matches!(&rest[..end], [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
         if major.is_ascii_digit() && minor.is_ascii_digit())
 }
 
@@ -659,7 +705,12 @@ mod tests {
         assert!(ok("GET / HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n").keep_alive);
         assert!(ok("GET / HTTP/1.1\r\n\r\n").keep_alive);
         assert!(!ok("GET / HTTP/1.1\r\nConnection: foo, CLOSE\r\n\r\n").keep_alive);
-        assert_eq!(err("GET / HTTP/1.2\r\n\r\n"), UnsupportedVersion);
+        // RFC 9110 §2.5: a later 1.x minor version is served as 1.1.
+        let later = ok("\r\nPOST /s HTTP/1.9\r\nHost: h\r\nContent-Length: 2\r\n\r\nhi");
+        assert!(later.keep_alive && later.http11);
+        assert_eq!(later.body, BodyKind::Length(2));
+        assert!(!ok("GET / HTTP/1.2\r\nConnection: close\r\n\r\n").keep_alive);
+        assert!(malformed("GET / HTTP/1.2 \r\n\r\n") && malformed("GET /\x01 HTTP/1.2\r\n\r\n"));
         assert_eq!(err("GET / HTTP/2.0\r\n\r\n"), UnsupportedVersion);
         assert!(malformed("GET / HTTX/1.1\r\n\r\n") && malformed("GET / HTTP/1\r\n\r\n"));
     }
