@@ -4,3 +4,4 @@
 pub mod chunked;
 pub mod parse;
 pub mod render;
+pub mod target;

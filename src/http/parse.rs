@@ -1,12 +1,14 @@
 //! HTTP/1.1 request head parsing per RFC 9112 with explicit limits.
 //!
-//! Owns: the request line and header fields (via `httparse`), request-target
-//! decoding (origin-, absolute- and asterisk-form; percent-decoding; query
-//! pairs), message-body framing (Content-Length / Transfer-Encoding, with
-//! request-smuggling defences), `Expect: 100-continue`, connection
-//! persistence, and the `HttpError` type shared with the chunked decoder.
+//! Owns: the request line (HTTP versions, RFC 9110 §2.5) and header fields
+//! (via `httparse`; `target` decodes the request target), message-body
+//! framing (Content-Length / Transfer-Encoding, with request-smuggling
+//! defences), `Expect: 100-continue`, connection persistence, and the
+//! `HttpError` type shared with the chunked decoder.
 
 use std::fmt;
+
+use super::target::{parse_query, percent_decode, split_target};
 
 /// Size limits applied while parsing a request.
 #[derive(Clone, Copy, Debug)]
@@ -343,92 +345,6 @@ pub fn check_host(head: &RequestHead) -> Result<(), HttpError> {
 fn valid_host(host: &str) -> bool {
     host.bytes()
         .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b))
-}
-
-/// Splits the request target into (raw path, raw query).
-fn split_target(target: &str, method: Method) -> Result<(&str, &str), HttpError> {
-    if target == "*" {
-        return match method {
-            Method::Options => Ok(("*", "")),
-            _ => Err(HttpError::Malformed(
-                "asterisk-form target is only valid for OPTIONS",
-            )),
-        };
-    }
-    let origin = origin_form(target)?;
-    let without_fragment = origin.split('#').next().unwrap_or("");
-    let (path, query) = without_fragment
-        .split_once('?')
-        .unwrap_or((without_fragment, ""));
-    Ok((if path.is_empty() { "/" } else { path }, query))
-}
-
-/// Returns the origin-form part (path and query) of an origin- or absolute-form target.
-fn origin_form(target: &str) -> Result<&str, HttpError> {
-    if target.starts_with('/') {
-        return Ok(target);
-    }
-    let rest = strip_prefix_ci(target, "http://")
-        .or_else(|| strip_prefix_ci(target, "https://"))
-        .ok_or(HttpError::Malformed("request target must be origin-form"))?;
-    match rest.find(['/', '?', '#']) {
-        Some(i) => Ok(rest.get(i..).unwrap_or("")),
-        None => Ok(""),
-    }
-}
-
-fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
-    let head = s.get(..prefix.len())?;
-    if head.eq_ignore_ascii_case(prefix) {
-        s.get(prefix.len()..)
-    } else {
-        None
-    }
-}
-
-/// Splits `a=1&b&c=x%20y` into decoded pairs; empty segments are skipped.
-fn parse_query(raw: &str) -> Result<Vec<(String, String)>, HttpError> {
-    raw.split('&')
-        .filter(|seg| !seg.is_empty())
-        .map(|seg| {
-            let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
-            Ok((percent_decode(k)?, percent_decode(v)?))
-        })
-        .collect()
-}
-
-/// Decodes `%XX` escapes; the result must be valid UTF-8. '+' is left as is.
-pub fn percent_decode(s: &str) -> Result<String, HttpError> {
-    if !s.contains('%') {
-        return Ok(s.to_owned());
-    }
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        if b != b'%' {
-            out.push(b);
-            i += 1;
-            continue;
-        }
-        let hi = bytes.get(i + 1).and_then(|&c| hex_value(c));
-        let lo = bytes.get(i + 2).and_then(|&c| hex_value(c));
-        match (hi, lo) {
-            (Some(hi), Some(lo)) => out.push(hi << 4 | lo),
-            _ => return Err(HttpError::Malformed("bad percent-encoding")),
-        }
-        i += 3;
-    }
-    String::from_utf8(out).map_err(|_| HttpError::Malformed("invalid UTF-8 after percent-decoding"))
-}
-
-fn hex_value(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 fn collect_headers(raw: &[httparse::Header<'_>]) -> Result<Vec<(String, String)>, HttpError> {

@@ -2,7 +2,7 @@
 //! the key that decides which shard owns it. `/v1/stream/{path}` speaks the
 //! upstream dialect; `/{bucket_id}/{stream_id}` the extensions' dialect.
 
-use crate::http::parse::percent_decode;
+use crate::http::target::percent_decode;
 
 /// Longest accepted `/v1/stream/` path, in bytes after decoding.
 pub const MAX_V1_PATH_BYTES: usize = 1024;
