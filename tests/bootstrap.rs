@@ -209,3 +209,39 @@ fn closed_streams_say_so_and_head_answers_the_head() {
     assert_eq!(post.status, 405);
     assert_eq!(post.header("allow"), Some("GET, HEAD, OPTIONS"));
 }
+
+/// An expired stream is gone (PROTOCOL.md §5.1): its bootstrap and its
+/// retention are 404 from the first request after expiry, like its reads.
+#[test]
+fn expired_streams_have_no_bootstrap_or_retention() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let expired = [
+        ("Content-Type", "text/plain"),
+        ("Stream-Expires-At", "2020-01-01T00:00:00Z"),
+    ];
+    for (name, method, sub) in [
+        ("boot-gone", "GET", "bootstrap"),
+        ("head-gone", "HEAD", "bootstrap"),
+        ("kept-gone", "PUT", "retention/"),
+    ] {
+        let path = format!("/{BUCKET}/{name}");
+        let created = req(s.addr, "PUT", &path, &expired, b"abc");
+        assert_eq!(created.status, 201);
+        // Retention at the tail, which would be valid were the stream alive.
+        let tail = created.header("stream-next-offset").unwrap();
+        let sub = match sub {
+            "retention/" => format!("retention/{tail}"),
+            other => other.to_string(),
+        };
+        let first = req(s.addr, method, &format!("{path}/{sub}"), &[], b"");
+        assert_eq!(
+            first.status, 404,
+            "{method} {sub}: the first request after expiry"
+        );
+        assert_eq!(req(s.addr, "HEAD", &path, &[], b"").status, 404);
+    }
+}

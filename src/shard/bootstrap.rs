@@ -78,6 +78,8 @@ pub async fn serve(
         let reply = advertised(shard, key, reply);
         return respond(shard, socket, reply, keep, false).await;
     }
+    // An expired stream is gone (PROTOCOL.md §5.1 TTL): reaped, it is 404.
+    shard.reap_if_expired(key);
     let req = Request::sub_resource(head, &[], key, 0);
     if let Err(reply) = bootstrap::check(&req) {
         let reply = advertised(shard, key, reply);

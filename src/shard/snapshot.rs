@@ -180,6 +180,8 @@ pub async fn serve_retention(
         return Response::error(405, "method_not_allowed", "retention takes PUT")
             .header("allow", "PUT, OPTIONS");
     }
+    // An expired stream is gone (PROTOCOL.md §5.1 TTL): reaped, it is 404.
+    shard.reap_if_expired(key);
     let decided = {
         let table = shard.table.borrow();
         let Some(stream) = table.get_visible(key) else {
