@@ -730,3 +730,28 @@ fn failed_batch_frames_assign_no_ordinal() {
         [json!(1), json!(2), json!(3), json!(5)]
     );
 }
+
+/// §6.6: a record past N is 400 with `Stream-Record-Next: N`, one header,
+/// on every path that takes `?record=`.
+#[test]
+fn a_record_past_the_tail_names_the_tail_once() {
+    let s = start();
+    let path = bucketed("past-tail");
+    create(&s, &path, b"[0,1,2]");
+    let state = [("Content-Type", "application/x-state")];
+    for (method, url, headers) in [
+        ("PUT", format!("{path}/snapshot?record=9"), &state[..]),
+        ("PUT", format!("{path}/retention?record=9"), &[]),
+        ("GET", format!("{path}?record=9"), &[]),
+    ] {
+        let r = req(s.addr, method, &url, headers, b"S");
+        assert_eq!(r.status, 400, "{method} {url}: {}", r.text());
+        let next: Vec<&str> = r
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("stream-record-next"))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(next, ["3"], "{method} {url}");
+    }
+}

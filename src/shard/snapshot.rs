@@ -59,7 +59,10 @@ fn unavailable(e: &std::io::Error) -> Response {
 /// bounds (extensions §6.10: "Snapshot and bootstrap responses SHOULD
 /// include Stream-Record-First and Stream-Record-Next").
 pub fn with_record_bounds(shard: &Shard, key: &str, reply: Response) -> Response {
-    if reply.get_header("stream-record-first").is_some() {
+    // A reply that names either bound already says what it means to
+    // (a record past the tail names only Stream-Record-Next, §6.6).
+    let named = ["stream-record-first", "stream-record-next"];
+    if named.iter().any(|name| reply.get_header(name).is_some()) {
         return reply;
     }
     match shard.table.borrow().get_visible(key) {
