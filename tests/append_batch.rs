@@ -154,18 +154,23 @@ fn request_level_problems_fail_the_whole_request() {
         400,
         "zero-length frame"
     );
-    for header in [
-        "Stream-Closed",
-        "Producer-Id",
-        "Stream-Seq",
-        "Stream-Record-Match",
+    for (header, value) in [
+        ("Stream-Closed", "true"),
+        ("Producer-Id", "1"),
+        ("Stream-Seq", "1"),
+        ("Stream-Record-Match", "1"),
     ] {
         assert_eq!(
-            batch(&s, "strict", &[text, (header, "1")], &ok).0,
+            batch(&s, "strict", &[text, (header, value)], &ok).0,
             400,
             "{header}"
         );
     }
+    // Any other Stream-Closed value means not closing (PROTOCOL.md §5.2).
+    let open = req(s.addr, "PUT", &format!("/{BUCKET}/open"), &[text], b"");
+    assert_eq!(open.status, 201);
+    let (status, acks) = batch(&s, "open", &[text, ("Stream-Closed", "false")], &ok);
+    assert_eq!((status, acks[0]["status"].as_u64()), (200, Some(204)));
     let many: Vec<&[u8]> = vec![b"x"; 513];
     assert_eq!(batch(&s, "strict", &[text], &framed(&many)).0, 413);
     assert_eq!(batch(&s, "missing", &[text], &ok).0, 404);

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::append::canonical;
 use super::response::{Response, bad_request, not_found};
-use super::{Request, content_type, offset};
+use super::{Request, content_type, headers, offset};
 use crate::http::parse::Method;
 use crate::stream::{Command, Stream, Table};
 
@@ -18,8 +18,9 @@ pub const MAX_FRAMES: usize = 512;
 pub const MAX_BODY_BYTES: usize = 32 << 20;
 
 /// Headers that need per-frame meaning (§4.2): rejected on a batch.
-const UNSUPPORTED: [&str; 6] = [
-    "stream-closed",
+/// `Stream-Closed` counts only when it says `true`: the base treats any
+/// other value as absent (PROTOCOL.md §5.2).
+const UNSUPPORTED: [&str; 5] = [
     "producer-id",
     "producer-epoch",
     "producer-seq",
@@ -52,7 +53,9 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
                 .header("allow", "POST, OPTIONS"),
         );
     }
-    if let Some(header) = UNSUPPORTED.iter().find(|h| req.head.header(h).is_some()) {
+    let closing = headers::wants_close(req.head).then_some(&"stream-closed");
+    let unsupported = UNSUPPORTED.iter().find(|h| req.head.header(h).is_some());
+    if let Some(header) = closing.or(unsupported) {
         return Err(bad_request(&format!(
             "{header} is not supported on append-batch; use a plain append"
         )));
