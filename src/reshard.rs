@@ -21,6 +21,7 @@ use crate::log::format;
 use crate::log::recovery;
 use crate::log::storage::DirectStorage;
 use crate::shard::placement::shard_of;
+use crate::shard::snapshot;
 use crate::shard::store::Segments;
 use crate::stream::Table;
 use crate::stream::codec::{self, Entry};
@@ -141,11 +142,26 @@ async fn move_streams(
                 logs[*owner].flush().await?;
             }
         }
+        if let Some(snapshot) = &stream.snapshot {
+            move_blob(logs, (source, *owner), stream.id, snapshot.offset);
+        }
         // A quarter of a segment, as the cleaner allows.
         let ring_budget = batch_bytes as u64 / 2;
         logs[*owner].push(&Entry::Image(Box::new(image_of(key, &stream, ring_budget))));
     }
     Ok(moving.len())
+}
+
+/// Gives the moved stream's snapshot blob to its new owner (the blob
+/// lives beside a shard's log, `shard::snapshot`). The old shard's copy
+/// goes with its dir, or the next sweep there. A blob that cannot be
+/// shared leaves the snapshot unreadable: logged, not fatal.
+fn move_blob(logs: &[Log], (source, owner): (usize, usize), stream_id: u64, offset: u64) {
+    let dir_of = |index: usize| logs[index].storage.dir().join("snapshots");
+    let from = dir_of(source).join(snapshot::blob_name(stream_id, offset));
+    if let Err(e) = snapshot::share_blob(&from, &dir_of(owner), stream_id, offset) {
+        crate::warn!("moving the snapshot blob {}: {e}", from.display());
+    }
 }
 
 /// Moves streams from `from` shards to `to` shards (see the module doc).

@@ -443,3 +443,85 @@ fn json_fork_continues_record_ordinals() {
         s.restart();
     }
 }
+
+/// Extensions §3.4 on forks: a fork of a stream past retention starts
+/// where the source's data does, so it inherits the snapshot covering that
+/// start (its bootstrap then misses nothing); a fork point before that
+/// snapshot has none and is refused. Across SIGKILL and re-sharding.
+#[test]
+fn forks_past_retention_inherit_the_snapshot() {
+    let mut s = start(&["--cores", "2"]);
+    // Records 0..5 as [0,1], 2, [3,4]; snapshot at record 3, retention at 2.
+    let (src, mid, _) = source(&s, "/forked/", JSON, &[]);
+    let state = [("Content-Type", "application/x-state")];
+    let snap = format!("{}/snapshot?record=3", src.path);
+    must(&s, "PUT", &snap, &state, b"S3", 204);
+    must(
+        &s,
+        "PUT",
+        &format!("{}/retention?record=2", src.path),
+        &[],
+        b"",
+        204,
+    );
+    let snapshot_at = header(
+        &must(&s, "HEAD", &src.path, &[], b"", 200),
+        "stream-snapshot-offset",
+    );
+    assert_eq!(
+        snapshot_at.as_deref(),
+        Some(mid.as_str()),
+        "record 3 is `mid`"
+    );
+    let retained = next(&must(
+        &s,
+        "GET",
+        &format!("{}?offset=-1", src.path),
+        &[],
+        b"",
+        410,
+    ));
+    let before = path_on("/forked/", "before-snap", 1);
+    let r = fork(&s, &before, &src.path, &[(FO, &retained)]);
+    expect(&r, 409, "a fork point the snapshot does not cover");
+    let forks: Vec<String> = (0..2)
+        .map(|shard| {
+            let path = path_on("/forked/", "covered", shard);
+            expect(&fork(&s, &path, &src.path, &[]), 201, &path);
+            path
+        })
+        .collect();
+    let check = |s: &Server, what: &str| {
+        for path in &forks {
+            let head = must(s, "HEAD", path, &[], b"", 200);
+            assert_eq!(
+                header(&head, "stream-snapshot-offset"),
+                Some(mid.clone()),
+                "{path} {what}"
+            );
+            let blob = must(s, "GET", &format!("{path}/snapshot/{mid}"), &[], b"", 200);
+            assert_eq!(
+                (blob.body.as_slice(), blob.header("content-type")),
+                (&b"S3"[..], Some("application/x-state")),
+                "{path} {what}"
+            );
+            // The fork's own retention may now move to its snapshot.
+            must(s, "PUT", &format!("{path}/retention/{mid}"), &[], b"", 204);
+        }
+    };
+    check(&s, "after the fork");
+    // The source's snapshot moving on leaves the forks' own.
+    must(
+        &s,
+        "PUT",
+        &format!("{}/snapshot?record=5", src.path),
+        &state,
+        b"S5",
+        204,
+    );
+    s.kill();
+    s.restart();
+    check(&s, "after SIGKILL");
+    s.restart_with(&["--cores", "1"]);
+    check(&s, "after re-sharding");
+}

@@ -543,3 +543,31 @@ fn offsets_in_path_segments_are_url_decoded() {
     let bad = req(s.addr, "GET", &format!("{path}/snapshot/%ZZ"), &[], b"");
     assert_eq!(bad.status, 400);
 }
+
+/// Re-sharding (another `--cores` at a restart) moves streams between
+/// shards: their snapshot blobs go with them, readable and bootstrapped.
+#[test]
+fn snapshots_follow_their_streams_across_resharding() {
+    let mut s = start_with_bucket(&["--cores", "3"]);
+    let json = [("Content-Type", "application/json")];
+    let state = [("Content-Type", "application/x-state")];
+    // Eight streams: with three shards and then one, most change owner.
+    let published: Vec<(String, String, Vec<u8>)> = (0..8)
+        .map(|i| {
+            let path = format!("/{BUCKET}/moving-{i}");
+            assert_eq!(req(s.addr, "PUT", &path, &json, b"").status, 201);
+            let at = offset_after(&s, &path, format!("{{\"i\":{i}}}").as_bytes());
+            let blob = format!("state {i}").into_bytes();
+            let url = format!("{path}/snapshot/{at}");
+            assert_eq!(req(s.addr, "PUT", &url, &state, &blob).status, 204);
+            (path, at, blob)
+        })
+        .collect();
+    for cores in ["1", "2"] {
+        s.restart_with(&["--cores", cores]);
+        for (path, at, blob) in &published {
+            let r = req(s.addr, "GET", &format!("{path}/snapshot/{at}"), &[], b"");
+            assert_eq!((r.status, &r.body), (200, blob), "{path} on {cores} cores");
+        }
+    }
+}

@@ -10,7 +10,7 @@ use super::response::{Response, bad_request, conflict, not_found};
 use super::router::{Target, route};
 use super::{Request, attrs, content_type, create, json, offset};
 use crate::stream::fork::same_origin;
-use crate::stream::{ForkOrigin, Stream};
+use crate::stream::{ForkOrigin, Snapshot, Stream};
 
 /// A PUT with `Stream-Forked-From`, validated as far as it can be without
 /// the source.
@@ -47,6 +47,10 @@ pub struct SourcePlan {
     pub prefix_end: u64,
     /// `(start, len)` of each inherited append, clipped to the range.
     pub pieces: Vec<(u64, u64)>,
+    /// The source's visible snapshot, when it is at or before the fork
+    /// point: the fork inherits it, so that its bootstrap covers what
+    /// retention dropped (extensions §3.4).
+    pub snapshot: Option<Snapshot>,
 }
 
 /// The fork headers of a PUT: `Ok(None)` for a plain create. Sub- or
@@ -131,6 +135,7 @@ pub fn plan_source(
     }
     let anchor = fork_point(stream, spec.offset)?;
     let prefix_end = sub_offset_end(stream, anchor, spec.sub)?;
+    let snapshot = inherited_snapshot(stream, anchor)?;
     let pieces = stream
         .data
         .extents_in(stream.retained, anchor)
@@ -153,7 +158,24 @@ pub fn plan_source(
         anchor,
         prefix_end,
         pieces,
+        snapshot,
     })
+}
+
+/// The snapshot a fork at `anchor` inherits. Past retention a fork starts
+/// where its source's data does, so it needs the snapshot that covers
+/// that start (extensions §2.2: retention never passes the latest
+/// snapshot; §3.4: bootstrap must cover the earliest retained offset); a
+/// fork point before that snapshot has none, and is refused.
+fn inherited_snapshot(stream: &Stream, anchor: u64) -> Result<Option<Snapshot>, Response> {
+    let snapshot = stream.snapshot.clone().filter(|s| s.offset <= anchor);
+    if stream.retained > 0 && snapshot.is_none() {
+        return Err(conflict(
+            "fork_before_snapshot",
+            "retention dropped the source's data before its snapshot: fork at or after the snapshot offset",
+        ));
+    }
+    Ok(snapshot)
 }
 
 /// `Stream-Fork-Offset` (default: the tail): within the retained data and,

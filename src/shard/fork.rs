@@ -9,12 +9,13 @@
 //! the last fork's delete (or expiry, or a cleaner pass) sends it a nudge
 //! and it is deleted for real, which cascades up a chain of forks.
 
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use super::commit::Effect;
 use super::placement::shard_of;
 use super::store::{self, FetchError};
-use super::{Shard, mesh::MeshMsg};
+use super::{Shard, mesh::MeshMsg, snapshot};
 use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
 use crate::protocol::response::not_found;
 use crate::protocol::{Request, Response, offset, records};
@@ -31,7 +32,8 @@ const CHANNEL_DEPTH: usize = 4;
 
 /// What a source's shard sends a fork's shard, in this order.
 pub enum Lent {
-    Plan(Result<SourcePlan, Response>),
+    /// The plan, and the file of the snapshot it inherits.
+    Plan(Result<(SourcePlan, Option<PathBuf>), Response>),
     /// One inherited append (or the retained part of one).
     Piece {
         start: u64,
@@ -70,7 +72,11 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
     };
     let (id, pieces) = (plan.source_id, plan.pieces.clone());
     let prefix = (plan.anchor, plan.prefix_end);
-    if tx.send_async(Lent::Plan(Ok(plan))).await.is_err() {
+    let blob = plan
+        .snapshot
+        .as_ref()
+        .map(|snap| snapshot::blob_file(&shard, id, snap.offset));
+    if tx.send_async(Lent::Plan(Ok((plan, blob)))).await.is_err() {
         return;
     }
     for window in windows(&pieces) {
@@ -143,8 +149,8 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
     {
         return unavailable("the source's shard is stopping");
     }
-    let plan = match rx.recv_async().await {
-        Ok(Lent::Plan(Ok(plan))) => plan,
+    let (plan, source_blob) = match rx.recv_async().await {
+        Ok(Lent::Plan(Ok(planned))) => planned,
         Ok(Lent::Plan(Err(reply)) | Lent::Failed(reply)) => return reply,
         _ => return unavailable("the source's shard did not answer"),
     };
@@ -159,6 +165,13 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
     let prefix = match copy(shard, req.key, id, json, &rx).await {
         Ok(prefix) => prefix,
         Err(reply) => return reply,
+    };
+    let inherited = match (&plan.snapshot, &source_blob) {
+        (Some(snap), Some(from)) => match snapshot::link_blob(shard, from, id, snap.offset) {
+            Ok(pending) => Some((snap.clone(), pending)),
+            Err(e) => return unavailable(&format!("the source's snapshot is gone: {e}")),
+        },
+        _ => None,
     };
     // Another request created the stream while this one copied.
     if let Some(reply) = recreate(shard, req.key, &request) {
@@ -181,7 +194,15 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         retained: plan.retained,
         first_record: plan.first_record,
     };
-    match shard.submit(vec![command]).await {
+    let mut commands = vec![command];
+    if let Some((snap, _pending)) = &inherited {
+        commands.push(Command::Snapshot {
+            key: req.key.to_string(),
+            stream_id: id,
+            snapshot: snap.clone(),
+        });
+    }
+    match shard.submit(commands).await {
         Ok(()) => created(shard, req, plan.anchor),
         Err(e) => e.response(),
     }

@@ -21,11 +21,62 @@ fn blob_dir(shard: &Shard) -> PathBuf {
 }
 
 fn blob_path(dir: &Path, stream_id: u64, offset: u64) -> PathBuf {
-    dir.join(format!("{stream_id:016x}-{offset:016x}.snap"))
+    dir.join(blob_name(stream_id, offset))
+}
+
+/// The file name of incarnation `stream_id`'s snapshot blob at `offset`,
+/// in its shard's `snapshots` directory.
+pub fn blob_name(stream_id: u64, offset: u64) -> String {
+    format!("{stream_id:016x}-{offset:016x}.snap")
+}
+
+/// Gives incarnation `stream_id` the blob `from` as its snapshot at
+/// `offset` in the `snapshots` directory `dir`: a hard link, since blobs
+/// never change once written (`write_blob` replaces a file, never
+/// rewrites one), else a copy; durable when this returns.
+pub fn share_blob(from: &Path, dir: &Path, stream_id: u64, offset: u64) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = blob_path(dir, stream_id, offset);
+    remove_if_present(&path)?;
+    if std::fs::hard_link(from, &path).is_err() {
+        std::fs::copy(from, &path)?;
+        std::fs::File::open(&path)?.sync_all()?;
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Where this shard keeps the blob of incarnation `stream_id`'s snapshot
+/// at `offset`.
+pub(super) fn blob_file(shard: &Shard, stream_id: u64, offset: u64) -> PathBuf {
+    blob_path(&blob_dir(shard), stream_id, offset)
+}
+
+/// Gives fork incarnation `stream_id` the blob at `from` (its source's,
+/// maybe on another shard) as its own snapshot at `offset`, pending (kept
+/// from the sweep) until the fork commits.
+pub(super) fn link_blob<'a>(
+    shard: &'a Shard,
+    from: &Path,
+    stream_id: u64,
+    offset: u64,
+) -> std::io::Result<PendingBlob<'a>> {
+    let dir = blob_dir(shard);
+    let pending = PendingBlob::new(shard, &blob_path(&dir, stream_id, offset));
+    share_blob(from, &dir, stream_id, offset)?;
+    Ok(pending)
+}
+
+fn remove_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
 }
 
 async fn write_blob(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
+    // A new file, not a rewrite: a fork may hold this name's old file.
+    remove_if_present(path)?;
     let file = monoio::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -229,7 +280,7 @@ fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapsho
 
 /// Marks a blob as in flight until its publish ends (committed, failed or
 /// dropped with its connection), so that [`sweep`] spares it meanwhile.
-struct PendingBlob<'a> {
+pub(super) struct PendingBlob<'a> {
     shard: &'a Shard,
     path: PathBuf,
 }
@@ -263,11 +314,7 @@ fn sweep(dir: &Path, table: &Table, pending: &std::collections::HashSet<PathBuf>
     };
     let live: std::collections::HashSet<String> = table
         .iter()
-        .filter_map(|(_, s)| {
-            s.snapshot
-                .as_ref()
-                .map(|snap| format!("{:016x}-{:016x}.snap", s.id, snap.offset))
-        })
+        .filter_map(|(_, s)| s.snapshot.as_ref().map(|snap| blob_name(s.id, snap.offset)))
         .collect();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
