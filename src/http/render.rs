@@ -37,6 +37,7 @@ pub fn reason(status: u16) -> &'static str {
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
+        501 => "Not Implemented",
         503 => "Service Unavailable",
         505 => "HTTP Version Not Supported",
         507 => "Insufficient Storage",
@@ -191,7 +192,7 @@ mod tests {
         let sent = [
             100, 200, 201, 204, 304, 307, 400, 403, 404, 405, 408, 409, 410, 412,
         ];
-        let more = [413, 429, 431, 500, 503, 505, 507];
+        let more = [413, 429, 431, 500, 501, 503, 505, 507];
         for status in sent.into_iter().chain(more) {
             assert_ne!(reason(status), "Unknown", "{status}");
         }
