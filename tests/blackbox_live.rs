@@ -576,3 +576,53 @@ fn http_1_0_streamed_bodies_are_raw_and_end_with_the_connection() {
         assert!(body.starts_with(first), "{target}: {body}");
     }
 }
+
+/// The data lines of an SSE body's `data` events, one string per event.
+fn data_events(body: &str) -> Vec<String> {
+    body.split("\n\n")
+        .filter(|event| event.starts_with("event: data\n"))
+        .map(|event| {
+            let lines: Vec<&str> = event
+                .lines()
+                .skip(1)
+                .map(|l| l.strip_prefix("data:").unwrap())
+                .collect();
+            lines.join("\n")
+        })
+        .collect()
+}
+
+#[test]
+fn sse_text_events_are_utf8() {
+    // PROTOCOL.md §5.8: data events carry UTF-8 text. Bytes of a text
+    // stream that are not UTF-8 go out as U+FFFD; valid text cut into
+    // small windows (max_bytes=2) keeps every character whole.
+    let s = Server::start(&[]);
+    let closed = [("Content-Type", TEXT), ("Stream-Closed", "true")];
+    let path = new_path();
+    assert_eq!(
+        req(s.addr, "PUT", &path, &closed, b"ok \xff\xfe!").status,
+        201
+    );
+    let r = req(s.addr, "GET", &sse_path(&path, "-1"), &[], b"");
+    let body = String::from_utf8(r.body).expect("an SSE body is UTF-8");
+    assert_eq!(data_events(&body), ["ok \u{FFFD}\u{FFFD}!"]);
+
+    assert_eq!(req(s.addr, "PUT", "/utf8", &[], b"").status, 201);
+    let text = "aé€😀b";
+    assert_eq!(
+        req(s.addr, "PUT", "/utf8/chars", &closed, text.as_bytes()).status,
+        201
+    );
+    let r = req(
+        s.addr,
+        "GET",
+        "/utf8/chars?live=sse&offset=-1&max_bytes=2",
+        &[],
+        b"",
+    );
+    let body = String::from_utf8(r.body).expect("an SSE body is UTF-8");
+    let events = data_events(&body);
+    assert_eq!(events.concat(), text, "{events:?}");
+    assert_eq!(events, ["a", "é", "\u{20ac}", "😀", "b"]);
+}

@@ -281,8 +281,13 @@ fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, fetche
         return;
     }
     // NDJSON keeps its final newline (an empty last `data:` line), so that
-    // concatenated event payloads are exactly the stored bytes.
-    write_event(out, "data", &render_body(stream, surface, fetched));
+    // concatenated event payloads are exactly the stored bytes. Data events
+    // carry UTF-8 text (PROTOCOL.md §5.8): bytes of a text stream that are
+    // not UTF-8 go out as U+FFFD, as an SSE client would decode them (text
+    // windows end on character boundaries, `window::Cut::Utf8Near`, so
+    // only bytes that are not UTF-8 in the stream itself are replaced).
+    let body = render_body(stream, surface, fetched);
+    write_event(out, "data", String::from_utf8_lossy(&body).as_bytes());
 }
 
 /// One event; the payload is split on CR, LF and CRLF so that no payload
