@@ -116,3 +116,45 @@ fn streams_and_their_attributes_count_against_the_budget() {
     assert_eq!(deleted.status, 204);
     assert_eq!(create(refused).status, 201, "a delete made room");
 }
+
+/// Full index chunks are packed (4 bytes a message end and 10 an extent
+/// instead of 8 and 16): a budget holds more appends than the unpacked
+/// 24 bytes each would allow, and says so in `rill_index_bytes`.
+#[test]
+fn packed_index_chunks_hold_more_appends() {
+    let budget: u64 = 256 << 10;
+    let s = Server::start(&["--cores", "1", "--max-index-bytes", &budget.to_string()]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/packed");
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", &path, &text, b"").status, 201);
+    // 512 one-byte appends a request (extensions §4 frames: a 4-byte length each).
+    let frames: Vec<u8> = (0..512).flat_map(|_| [0, 0, 0, 1, b'x']).collect();
+    let batch = format!("{path}/append-batch");
+    let mut accepted = 0;
+    loop {
+        let r = req(s.addr, "POST", &batch, &text, &frames);
+        if r.status == 503 {
+            assert!(r.text().contains("index_budget_full"), "{}", r.text());
+            break;
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        accepted += 512;
+        assert!(accepted < 100_000, "the budget never refused");
+    }
+    let unpacked = (budget - 1024) / 24;
+    assert!(
+        accepted as u64 > unpacked * 13 / 10,
+        "{accepted} appends fit; unpacked, {unpacked} would"
+    );
+    let metrics = req(s.addr, "GET", "/v1/metrics", &[], b"").text();
+    let used: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("rill_index_bytes{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("rill_index_bytes");
+    assert!(used as u64 >= budget && (used as u64) < budget + 512 * 24);
+}

@@ -33,8 +33,8 @@ impl Default for ProducerLimits {
     }
 }
 
-/// Memory of one message end and of one extent.
-pub const END_BYTES: u64 = 8;
+/// Memory of one extent before its chunk is packed (8 bytes of message
+/// end and 16 of extent an append, then 4 and 10: `chunked::Pack`).
 pub const EXTENT_BYTES: u64 = 16;
 /// A stream's own metadata besides its key and attributes (measured:
 /// ~1 KiB of resident memory per idle stream, docs/OPERATIONS.md).
@@ -43,8 +43,7 @@ pub const STREAM_BYTES: u64 = 1024;
 impl Stream {
     /// What this stream's indexes and metadata take (its key aside).
     pub fn index_footprint(&self) -> u64 {
-        let indexes =
-            self.messages.len() as u64 * END_BYTES + self.data.extent_count() as u64 * EXTENT_BYTES;
+        let indexes = self.messages.index_bytes() + self.data.index_bytes();
         indexes + STREAM_BYTES + self.attrs.len() as u64
     }
 }

@@ -8,8 +8,9 @@
 //! message it knows, which begins at offset `origin`. Retention drops whole
 //! messages from the front (advancing both); new messages are pushed at the
 //! back; an uncommitted tail is taken back by `truncate`. The index is dense
-//! (one `u64` per retained message), kept in chunks, and counted against the
-//! shard's index budget (`budget.rs`).
+//! (one end per retained message: 8 bytes, 4 once its chunk is full and
+//! packed), kept in chunks, and counted against the shard's index budget
+//! (`budget.rs`).
 
 use super::chunked::Chunked;
 
@@ -32,6 +33,11 @@ impl RecordIndex {
             origin,
             ends: Chunked::default(),
         }
+    }
+
+    /// Memory the message ends take (packed in full chunks).
+    pub fn index_bytes(&self) -> u64 {
+        self.ends.bytes()
     }
 
     /// How many message ends the index holds.
