@@ -144,20 +144,30 @@ pub struct StreamData {
 }
 
 impl StreamData {
-    /// Data rebuilt by recovery: all of it in the log, nothing cached.
-    pub fn recovered(extents: Vec<Extent>, tail: u64) -> StreamData {
-        debug_assert!(extents.last().is_none_or(|e| e.end() == tail));
-        debug_assert!(extents.windows(2).all(|w| w[0].end() == w[1].start));
-        let mut chunked = Chunked::default();
-        extents
-            .into_iter()
-            .for_each(|e| chunked.push(Located::new(e.start, e.segment, e.pos)));
-        StreamData {
-            tail,
-            chunks: VecDeque::new(),
-            extents: chunked,
-            located_to: tail,
-        }
+    /// Adds the next extent recovery rebuilt (in offset order, each
+    /// starting where the previous ended): in the log, not cached.
+    pub fn push_recovered(&mut self, extent: Extent) {
+        assert!(self.chunks.is_empty(), "recovered data is not cached");
+        assert!(
+            self.extents.is_empty() || extent.start == self.located_to,
+            "recovered extents are contiguous"
+        );
+        self.extents
+            .push(Located::new(extent.start, extent.segment, extent.pos));
+        self.located_to = extent.end();
+        self.tail = extent.end();
+    }
+
+    /// The data recovery rebuilt, ending at `tail` (all of it located:
+    /// with no extents, retention dropped everything before `tail`).
+    pub fn recovered_to(mut self, tail: u64) -> StreamData {
+        assert!(
+            self.extents.is_empty() || self.located_to == tail,
+            "recovered extents reach the tail"
+        );
+        self.tail = tail;
+        self.located_to = tail;
+        self
     }
 
     pub fn tail(&self) -> u64 {

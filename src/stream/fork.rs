@@ -140,13 +140,15 @@ impl Table {
 /// The located inherited bytes `[retained, start)`, which `extents` must
 /// cover without gaps.
 fn inherited(extents: Vec<Extent>, retained: u64, start: u64) -> StreamData {
+    let mut data = StreamData::default();
     let mut at = retained;
-    for extent in &extents {
+    for extent in extents {
         assert_eq!(extent.start, at, "inherited data has no gaps");
         at = extent.end();
+        data.push_recovered(extent);
     }
     assert_eq!(at, start, "inherited data reaches the fork point");
-    StreamData::recovered(extents, start)
+    data.recovered_to(start)
 }
 
 /// Whether a fork re-create names the same fork (PROTOCOL.md §4.2

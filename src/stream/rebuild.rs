@@ -14,24 +14,15 @@ use super::records::RecordIndex;
 use super::state::{ProducerState, RecentWrites, Stream, WriteRange};
 use super::table::{Table, incarnation_id};
 
-/// Where a record's data bytes are: (segment, file position).
-pub type Location = (u64, u64);
-
-/// One placed run of stream bytes.
-struct Piece {
-    len: u64,
-    location: Location,
-    /// JSON message ends inside the piece (absolute offsets), when the
-    /// piece may belong to a JSON stream.
-    newlines: Vec<u64>,
-}
+pub use super::placed::Location;
+use super::placed::{Piece, Placed};
 
 #[derive(Default)]
 pub struct Rebuild {
     /// Current incarnation of each key.
     meta: HashMap<String, StreamImage>,
-    /// Data pieces by stream id, then start offset.
-    placed: HashMap<u64, BTreeMap<u64, Piece>>,
+    /// Data pieces by stream id.
+    placed: HashMap<u64, Placed>,
     /// Bucket id -> creation time.
     pub registry: BTreeMap<String, u64>,
     /// The offsets each producer's latest appends wrote, by (stream id,
@@ -292,15 +283,12 @@ impl Rebuild {
             false => usize::from(!data.is_empty()),
         };
         if let Some(location) = location.filter(|_| !data.is_empty()) {
-            let piece = Piece {
-                len: data.len() as u64,
+            self.placed.entry(stream_id).or_default().add(
+                start,
+                data.len() as u64,
                 location,
-                newlines,
-            };
-            self.placed
-                .entry(stream_id)
-                .or_default()
-                .insert(start, piece);
+                &newlines,
+            );
         }
         u32::try_from(records).expect("an append's records fit u32")
     }
@@ -372,34 +360,40 @@ fn record_producer(
 
 /// A stream from its metadata and placed pieces, which must cover
 /// `[0, tail)` without gaps.
-fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result<Stream, String> {
+fn build(meta: StreamImage, pieces: Placed, now_ms: u64) -> Result<Stream, String> {
     let json = crate::protocol::content_type::is_json(&meta.content_type);
-    let mut extents = Vec::new();
+    let mut data = StreamData::default();
     let mut messages = RecordIndex::starting_at(meta.first_record, meta.retained);
     // Data wholly before the retention point may be gone (the cleaner
     // reclaims it); from there on it must cover the stream without gaps.
     let mut covered = meta.retained;
-    for (start, piece) in pieces.range(..meta.tail) {
+    let mut located = false;
+    for piece in pieces.into_sorted() {
+        let Piece { start, .. } = piece;
+        if start >= meta.tail {
+            break;
+        }
         if start + piece.len <= meta.retained {
             continue;
         }
-        if *start > covered || (extents.is_empty() && *start + piece.len <= covered) {
+        if start > covered || (!located && start + piece.len <= covered) {
             return Err(format!(
                 "data missing between offsets {covered} and {start}"
             ));
         }
-        if !extents.is_empty() && *start != covered {
+        if located && start != covered {
             return Err(format!(
                 "data missing between offsets {covered} and {start}"
             ));
         }
         let (segment, pos) = piece.location;
-        extents.push(Extent {
-            start: *start,
+        data.push_recovered(Extent {
+            start,
             len: piece.len,
             segment,
             pos,
         });
+        located = true;
         match json {
             true => piece
                 .newlines
@@ -441,7 +435,7 @@ fn build(meta: StreamImage, pieces: BTreeMap<u64, Piece>, now_ms: u64) -> Result
         last_write_ms: meta.last_write_ms,
         closed: meta.closed,
         closed_by: meta.closed_by.map(|p| (p.id, p.epoch, p.seq)),
-        data: StreamData::recovered(extents, meta.tail),
+        data: data.recovered_to(meta.tail),
         messages,
         first_record: meta.first_record,
         stream_seq: meta.stream_seq,

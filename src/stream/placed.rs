@@ -1,0 +1,108 @@
+//! Where recovery found each piece of a stream's bytes (issue 3
+//! "Recovery"), kept compact: recovery holds one entry per retained append
+//! of every stream until it builds them, so an entry is 32 bytes in one
+//! vector (a map of owned pieces took ~200 bytes per append at its peak).
+//! Pieces arrive in log order, which is not offset order once the cleaner
+//! or a fork relocated some: they are sorted when the stream is built, and
+//! of pieces at the same offset the one logged last wins.
+
+/// Where a record's data bytes are: (segment, file position).
+pub type Location = (u64, u64);
+
+/// One piece as recovery reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub start: u64,
+    pub len: u64,
+    pub location: Location,
+    /// JSON message ends inside the piece (absolute offsets).
+    pub newlines: Vec<u64>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    start: u64,
+    /// Where this piece's newlines begin in `Placed::newlines`.
+    newlines_from: u64,
+    len: u32,
+    segment: u32,
+    pos: u32,
+    newline_count: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 32);
+
+/// A stream's placed pieces, in the order they were logged.
+#[derive(Debug, Default)]
+pub struct Placed {
+    entries: Vec<Entry>,
+    /// The JSON message ends of every piece, concatenated.
+    newlines: Vec<u64>,
+}
+
+impl Placed {
+    /// Adds a piece; a later piece at the same start replaces it.
+    pub fn add(&mut self, start: u64, len: u64, location: Location, newlines: &[u64]) {
+        // An append is at most a body (`--max-body-bytes`) and segments are
+        // at most 4 GiB (`Config::check`): lengths and places fit 32 bits.
+        let narrow = |v: u64, what: &str| {
+            u32::try_from(v).unwrap_or_else(|_| panic!("a piece's {what} fits 32 bits"))
+        };
+        self.entries.push(Entry {
+            start,
+            newlines_from: self.newlines.len() as u64,
+            len: narrow(len, "length"),
+            segment: narrow(location.0, "segment"),
+            pos: narrow(location.1, "position"),
+            newline_count: narrow(newlines.len() as u64, "newline count"),
+        });
+        self.newlines.extend_from_slice(newlines);
+    }
+
+    /// The pieces in offset order, the last logged of each start only.
+    pub fn into_sorted(mut self) -> impl Iterator<Item = Piece> {
+        // Stable: pieces at one start stay in log order; reversed, the
+        // last logged comes first, which is the one `dedup` keeps.
+        self.entries.sort_by_key(|e| e.start);
+        self.entries.reverse();
+        self.entries.dedup_by_key(|e| e.start);
+        self.entries.reverse();
+        let newlines = self.newlines;
+        self.entries.into_iter().map(move |e| {
+            let from = e.newlines_from as usize;
+            Piece {
+                start: e.start,
+                len: u64::from(e.len),
+                location: (u64::from(e.segment), u64::from(e.pos)),
+                newlines: newlines[from..from + e.newline_count as usize].to_vec(),
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorted_by_start_with_the_last_logged_piece_winning() {
+        let mut placed = Placed::default();
+        placed.add(10, 5, (2, 4096), &[12, 15]);
+        placed.add(0, 10, (1, 0), &[]);
+        placed.add(10, 5, (7, 8192), &[15]);
+        placed.add(15, 1, (2, 4101), &[16]);
+        let pieces: Vec<Piece> = placed.into_sorted().collect();
+        let got: Vec<(u64, u64, Location, Vec<u64>)> = pieces
+            .into_iter()
+            .map(|p| (p.start, p.len, p.location, p.newlines))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0, 10, (1, 0), vec![]),
+                (10, 5, (7, 8192), vec![15]),
+                (15, 1, (2, 4101), vec![16]),
+            ]
+        );
+    }
+}
