@@ -215,7 +215,7 @@ fn parse_as_http11(window: &[u8], limits: &Limits) -> Result<Option<RequestHead>
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(&copy) {
         Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
-        Ok(httparse::Status::Partial) => Err(HttpError::Malformed("invalid request line")),
+        Ok(httparse::Status::Partial) => incomplete(window, limits),
         Err(e) => Err(map_httparse_error(e, &copy)),
     }
 }
@@ -626,6 +626,10 @@ mod tests {
         assert!(later.keep_alive && later.http11);
         assert_eq!(later.body, BodyKind::Length(2));
         assert!(!ok("GET / HTTP/1.2\r\nConnection: close\r\n\r\n").keep_alive);
+        assert!(matches!(
+            parse("\r\n\r\nGET / HTTP/1.9\r\nHost: h\r\n"),
+            Ok(None)
+        ));
         assert!(malformed("GET / HTTP/1.2 \r\n\r\n") && malformed("GET /\x01 HTTP/1.2\r\n\r\n"));
         assert_eq!(err("GET / HTTP/2.0\r\n\r\n"), UnsupportedVersion);
         assert!(malformed("GET / HTTX/1.1\r\n\r\n") && malformed("GET / HTTP/1\r\n\r\n"));

@@ -33,9 +33,6 @@ impl Default for ProducerLimits {
     }
 }
 
-/// Memory of one extent before its chunk is packed (8 bytes of message
-/// end and 16 of extent an append, then 4 and 10: `chunked::Pack`).
-pub const EXTENT_BYTES: u64 = 16;
 /// A stream's own metadata besides its key and attributes (measured:
 /// ~1 KiB of resident memory per idle stream, docs/OPERATIONS.md).
 pub const STREAM_BYTES: u64 = 1024;

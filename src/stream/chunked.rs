@@ -104,7 +104,8 @@ impl<T: Pack> Chunk<T> {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Equal when the entries are (`PartialEq` below), however they are stored.
+#[derive(Clone, Debug)]
 pub struct Chunked<T: Pack> {
     /// Every chunk is full except the first (drained from the front) and
     /// the last (being filled); none is empty. All but the last are packed
@@ -114,6 +115,14 @@ pub struct Chunked<T: Pack> {
     /// What the chunks take: always `Chunk::bytes` summed.
     bytes: u64,
 }
+
+impl<T: Pack + PartialEq> PartialEq for Chunked<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.iter().eq(other.iter())
+    }
+}
+
+impl<T: Pack + Eq> Eq for Chunked<T> {}
 
 impl<T: Pack> Default for Chunked<T> {
     fn default() -> Self {
@@ -233,12 +242,18 @@ impl<T: Pack> Chunked<T> {
             }
             let values = first.unpacked();
             values.drain(..left);
-            values.shrink_to_fit();
             left = 0;
-            // A drained full chunk packs again; the last stays plain.
+            // A drained full chunk packs again; the last stays plain, with
+            // its capacity for the entries still to come.
             let first = match self.chunks.is_empty() {
                 true => first,
-                false => first.packed(),
+                false => match first.packed() {
+                    Chunk::Plain(mut values) => {
+                        values.shrink_to_fit();
+                        Chunk::Plain(values)
+                    }
+                    packed => packed,
+                },
             };
             self.bytes += first.bytes();
             self.chunks.push_front(first);
@@ -405,5 +420,10 @@ mod tests {
         c.drop_front(3);
         assert_eq!((c.get(0), c.bytes()), (Some(3), recount(&c)));
         assert!(matches!(c.chunks[0], Chunk::Packed(_)), "repacked");
+        // Equality is of the entries, packed or not.
+        let (a, mut b) = (filled(CHUNK as u64 + 1), filled(CHUNK as u64 + 1));
+        assert!(b.set(0, 1 << 40) && b.set(0, 0));
+        assert!(matches!(b.chunks[0], Chunk::Plain(_)));
+        assert_eq!(a, b);
     }
 }

@@ -37,7 +37,8 @@ struct Located {
     pos: u32,
 }
 
-const _: () = assert!(std::mem::size_of::<Located>() as u64 == super::budget::EXTENT_BYTES);
+/// An extent's memory before its chunk is packed (10 bytes after).
+const _: () = assert!(std::mem::size_of::<Located>() == 16);
 
 /// A full chunk of extents, packed (`chunked::Pack`): starts as 32-bit
 /// distances from the first, segments as 16-bit distances from the

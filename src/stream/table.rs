@@ -129,10 +129,14 @@ impl Table {
         start: u64,
         location: (u64, u64),
     ) -> bool {
-        match self.streams.get_mut(key).filter(|s| s.id == stream_id) {
+        // A move may unpack a chunk of extents: the index grows, and counts.
+        let before = self.footprint_of(key);
+        let moved = match self.streams.get_mut(key).filter(|s| s.id == stream_id) {
             Some(stream) => stream.data.relocate(start, location.0, location.1),
             None => false,
-        }
+        };
+        self.count_index(before, key);
+        moved
     }
 
     /// Every stream, for the cleaner.
@@ -680,6 +684,29 @@ mod tests {
         let (_, undo_create) = table.apply(create("new", b""));
         table.undo(undo_create);
         assert!(table.get("new").is_none());
+    }
+
+    #[test]
+    fn a_relocation_that_unpacks_extents_is_counted() {
+        let mut table = Table::default();
+        let (created, _) = table.apply(create("k", b""));
+        table.publish(&created, None);
+        for i in 0..5000 {
+            let (appended, _) = table.apply(append(&table, "k", b"x", None, false));
+            table.publish(&appended, Some((1, i * 64)));
+        }
+        let id = table.get("k").unwrap().id;
+        let packed = table.index_used();
+        // Segment 70,000 is past what a packed chunk's 16-bit distances reach.
+        assert!(table.relocate("k", id, 10, (70_000, 8)));
+        assert!(table.index_used() > packed, "the unpacked chunk takes more");
+        assert_eq!(table.index_used(), table.footprint_of("k"));
+        let (deleted, _) = table.apply(Command::Delete {
+            key: "k".into(),
+            stream_id: id,
+        });
+        table.publish(&deleted, None);
+        assert_eq!(table.index_used(), 0);
     }
 
     #[test]
