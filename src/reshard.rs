@@ -20,8 +20,8 @@ use crate::log::appender::Appender;
 use crate::log::format;
 use crate::log::recovery;
 use crate::log::storage::DirectStorage;
+use crate::shard::blobs;
 use crate::shard::placement::shard_of;
-use crate::shard::snapshot;
 use crate::shard::store::Segments;
 use crate::stream::Table;
 use crate::stream::codec::{self, Entry};
@@ -143,7 +143,7 @@ async fn move_streams(
             }
         }
         if let Some(snapshot) = &stream.snapshot {
-            move_blob(logs, (source, *owner), stream.id, snapshot.offset);
+            move_blob(logs, (source, *owner), stream.id, snapshot.offset)?;
         }
         // A quarter of a segment, as the cleaner allows.
         let ring_budget = batch_bytes as u64 / 2;
@@ -153,14 +153,25 @@ async fn move_streams(
 }
 
 /// Gives the moved stream's snapshot blob to its new owner (the blob
-/// lives beside a shard's log, `shard::snapshot`). The old shard's copy
-/// goes with its dir, or the next sweep there. A blob that cannot be
-/// shared leaves the snapshot unreadable: logged, not fatal.
-fn move_blob(logs: &[Log], (source, owner): (usize, usize), stream_id: u64, offset: u64) {
+/// lives beside a shard's log, `shard::blobs`); the old shard's copy goes
+/// with its dir, or the next sweep there. A failure stops the re-sharding
+/// before the new layout is recorded (the old one stays, a restart tries
+/// again), except a blob already missing, which no retry brings back.
+fn move_blob(
+    logs: &[Log],
+    (source, owner): (usize, usize),
+    stream_id: u64,
+    offset: u64,
+) -> Result<(), String> {
     let dir_of = |index: usize| logs[index].storage.dir().join("snapshots");
-    let from = dir_of(source).join(snapshot::blob_name(stream_id, offset));
-    if let Err(e) = snapshot::share_blob(&from, &dir_of(owner), stream_id, offset) {
-        crate::warn!("moving the snapshot blob {}: {e}", from.display());
+    let from = blobs::path(&dir_of(source), stream_id, offset);
+    match blobs::share(&from, &dir_of(owner), stream_id, offset) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !from.exists() => {
+            crate::warn!("the snapshot blob {} is missing", from.display());
+            Ok(())
+        }
+        Err(e) => Err(format!("moving the snapshot blob {}: {e}", from.display())),
+        Ok(()) => Ok(()),
     }
 }
 

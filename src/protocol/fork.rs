@@ -170,10 +170,13 @@ pub fn plan_source(
 fn inherited_snapshot(stream: &Stream, anchor: u64) -> Result<Option<Snapshot>, Response> {
     let snapshot = stream.snapshot.clone().filter(|s| s.offset <= anchor);
     if stream.retained > 0 && snapshot.is_none() {
-        return Err(conflict(
-            "fork_before_snapshot",
-            "retention dropped the source's data before its snapshot: fork at or after the snapshot offset",
-        ));
+        let message = match stream.snapshot {
+            Some(_) => {
+                "retention dropped the source's data before its snapshot: fork at or after the snapshot offset"
+            }
+            None => "retention dropped the source's data and no snapshot covers it",
+        };
+        return Err(conflict("fork_before_snapshot", message));
     }
     Ok(snapshot)
 }

@@ -283,9 +283,11 @@ fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, fetche
     // NDJSON keeps its final newline (an empty last `data:` line), so that
     // concatenated event payloads are exactly the stored bytes. Data events
     // carry UTF-8 text (PROTOCOL.md §5.8): bytes of a text stream that are
-    // not UTF-8 go out as U+FFFD, as an SSE client would decode them (text
-    // windows end on character boundaries, `window::Cut::Utf8Near`, so
-    // only bytes that are not UTF-8 in the stream itself are replaced).
+    // not UTF-8 go out as U+FFFD, as an SSE client would decode them. Text
+    // windows cut by size end on character boundaries
+    // (`window::Cut::Utf8Near`); one that ends at the tail inside a
+    // character an append split gets U+FFFD for its part, as would any
+    // EventSource decoding the two events.
     let body = render_body(stream, surface, fetched);
     write_event(out, "data", String::from_utf8_lossy(&body).as_bytes());
 }

@@ -6,10 +6,10 @@ use std::rc::Rc;
 
 use monoio::net::TcpStream;
 
-use super::Shard;
 use super::conn::{respond, responding, send_piece, write_bytes};
 use super::dispatch::advertised;
 use super::store;
+use super::{Shard, blobs};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Streamed};
 use crate::protocol::bootstrap;
@@ -42,7 +42,7 @@ fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
     let ends = stream.messages.ends_in(start, end).to_vec();
     let dir = shard.segments.dir().join("snapshots");
     let snapshot = stream.snapshot.clone().map(|s| {
-        let path = dir.join(format!("{:016x}-{:016x}.snap", stream.id, s.offset));
+        let path = blobs::path(&dir, stream.id, s.offset);
         (s, path)
     });
     let boundary = bootstrap::boundary((shard.next_random(), shard.next_random()));

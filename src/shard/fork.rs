@@ -9,7 +9,7 @@
 //! the last fork's delete (or expiry, or a cleaner pass) sends it a nudge
 //! and it is deleted for real, which cascades up a chain of forks.
 
-use std::path::PathBuf;
+use std::fs::File;
 use std::rc::Rc;
 
 use super::commit::Effect;
@@ -32,8 +32,8 @@ const CHANNEL_DEPTH: usize = 4;
 
 /// What a source's shard sends a fork's shard, in this order.
 pub enum Lent {
-    /// The plan, and the file of the snapshot it inherits.
-    Plan(Result<(SourcePlan, Option<PathBuf>), Response>),
+    /// The plan, and the blob of the snapshot it inherits, held open.
+    Plan(Result<(SourcePlan, Option<File>), Response>),
     /// One inherited append (or the retained part of one).
     Piece {
         start: u64,
@@ -72,10 +72,21 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
     };
     let (id, pieces) = (plan.source_id, plan.pieces.clone());
     let prefix = (plan.anchor, plan.prefix_end);
-    let blob = plan
+    // Opened with the plan (no await between): the blob of exactly the
+    // snapshot planned, whatever publishes come while the fork copies.
+    let blob = match plan
         .snapshot
         .as_ref()
-        .map(|snap| snapshot::blob_file(&shard, id, snap.offset));
+        .map(|snap| snapshot::open_blob(&shard, id, snap.offset))
+    {
+        None => None,
+        Some(Ok(file)) => Some(file),
+        Some(Err(e)) => {
+            let reply = unavailable(&format!("the source's snapshot blob is unreadable: {e}"));
+            let _ = tx.send_async(Lent::Plan(Err(reply))).await;
+            return;
+        }
+    };
     if tx.send_async(Lent::Plan(Ok((plan, blob)))).await.is_err() {
         return;
     }
@@ -166,17 +177,19 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         Ok(prefix) => prefix,
         Err(reply) => return reply,
     };
-    let inherited = match (&plan.snapshot, &source_blob) {
-        (Some(snap), Some(from)) => match snapshot::link_blob(shard, from, id, snap.offset) {
-            Ok(pending) => Some((snap.clone(), pending)),
-            Err(e) => return unavailable(&format!("the source's snapshot is gone: {e}")),
-        },
-        _ => None,
-    };
     // Another request created the stream while this one copied.
     if let Some(reply) = recreate(shard, req.key, &request) {
         return reply;
     }
+    // After that check, with no await before the submit: no other fork of
+    // this key can take the blob's name meanwhile.
+    let _inherited = match (&plan.snapshot, &source_blob) {
+        (Some(snap), Some(from)) => match snapshot::adopt_blob(shard, from, id, snap) {
+            Ok(pending) => Some(pending),
+            Err(e) => return unavailable(&format!("inheriting the source's snapshot: {e}")),
+        },
+        _ => None,
+    };
     let mut data = prefix;
     data.extend_from_slice(&config.body);
     let command = Command::Fork {
@@ -193,16 +206,9 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
         origin: fork::origin(&request, &plan),
         retained: plan.retained,
         first_record: plan.first_record,
+        snapshot: plan.snapshot.clone().map(Box::new),
     };
-    let mut commands = vec![command];
-    if let Some((snap, _pending)) = &inherited {
-        commands.push(Command::Snapshot {
-            key: req.key.to_string(),
-            stream_id: id,
-            snapshot: snap.clone(),
-        });
-    }
-    match shard.submit(commands).await {
+    match shard.submit(vec![command]).await {
         Ok(()) => created(shard, req, plan.anchor),
         Err(e) => e.response(),
     }

@@ -4,6 +4,7 @@
 
 pub mod audience;
 pub mod batch;
+pub mod blobs;
 pub mod bootstrap;
 pub mod buckets;
 pub mod cleaner;

@@ -6,10 +6,11 @@
 //! every cleaner pass, except blobs whose publish is in flight. Publishing
 //! never blocks appends: only the blob write awaits.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use super::Shard;
+use super::{Shard, blobs};
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::response::not_found;
 use crate::protocol::snapshot::{self, Publish};
@@ -21,80 +22,28 @@ fn blob_dir(shard: &Shard) -> PathBuf {
 }
 
 fn blob_path(dir: &Path, stream_id: u64, offset: u64) -> PathBuf {
-    dir.join(blob_name(stream_id, offset))
+    blobs::path(dir, stream_id, offset)
 }
 
-/// The file name of incarnation `stream_id`'s snapshot blob at `offset`,
-/// in its shard's `snapshots` directory.
-pub fn blob_name(stream_id: u64, offset: u64) -> String {
-    format!("{stream_id:016x}-{offset:016x}.snap")
+/// This shard's blob of incarnation `stream_id` at `offset`, opened: held
+/// open, it stays that snapshot's bytes whatever publishes come next.
+pub(super) fn open_blob(shard: &Shard, stream_id: u64, offset: u64) -> std::io::Result<File> {
+    File::open(blob_path(&blob_dir(shard), stream_id, offset))
 }
 
-/// Gives incarnation `stream_id` the blob `from` as its snapshot at
-/// `offset` in the `snapshots` directory `dir`: a hard link, since blobs
-/// never change once written (`write_blob` replaces a file, never
-/// rewrites one), else a copy; durable when this returns.
-pub fn share_blob(from: &Path, dir: &Path, stream_id: u64, offset: u64) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = blob_path(dir, stream_id, offset);
-    remove_if_present(&path)?;
-    if std::fs::hard_link(from, &path).is_err() {
-        std::fs::copy(from, &path)?;
-        std::fs::File::open(&path)?.sync_all()?;
-    }
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Where this shard keeps the blob of incarnation `stream_id`'s snapshot
-/// at `offset`.
-pub(super) fn blob_file(shard: &Shard, stream_id: u64, offset: u64) -> PathBuf {
-    blob_path(&blob_dir(shard), stream_id, offset)
-}
-
-/// Gives fork incarnation `stream_id` the blob at `from` (its source's,
-/// maybe on another shard) as its own snapshot at `offset`, pending (kept
-/// from the sweep) until the fork commits.
-pub(super) fn link_blob<'a>(
+/// Gives fork incarnation `stream_id` the blob held open in `from` as its
+/// own snapshot `snap`, pending (kept from the sweep) until the fork's
+/// record commits.
+pub(super) fn adopt_blob<'a>(
     shard: &'a Shard,
-    from: &Path,
+    from: &File,
     stream_id: u64,
-    offset: u64,
+    snap: &Snapshot,
 ) -> std::io::Result<PendingBlob<'a>> {
-    let dir = blob_dir(shard);
-    let pending = PendingBlob::new(shard, &blob_path(&dir, stream_id, offset));
-    share_blob(from, &dir, stream_id, offset)?;
+    let path = blob_path(&blob_dir(shard), stream_id, snap.offset);
+    let pending = PendingBlob::new(shard, &path);
+    blobs::adopt(from, snap.len, &path)?;
     Ok(pending)
-}
-
-fn remove_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-async fn write_blob(dir: &Path, path: &Path, body: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    // A new file, not a rewrite: a fork may hold this name's old file.
-    remove_if_present(path)?;
-    let file = monoio::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(path)
-        .await?;
-    let (result, _) = file.write_all_at(body.to_vec(), 0).await;
-    result?;
-    file.sync_all().await?;
-    file.close().await?;
-    std::fs::File::open(dir)?.sync_all()
-}
-
-async fn read_blob(path: &Path, len: u64) -> std::io::Result<Vec<u8>> {
-    let file = monoio::fs::File::open(path).await?;
-    let (result, buf) = file.read_exact_at(vec![0u8; len as usize], 0).await;
-    result?;
-    Ok(buf)
 }
 
 fn unavailable(e: &std::io::Error) -> Response {
@@ -168,7 +117,8 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
         Ok(found) => found,
         Err(reply) => return reply,
     };
-    let Ok(blob) = read_blob(&blob_path(&blob_dir(shard), id, snap.offset), snap.len).await else {
+    let Ok(blob) = blobs::read(&blob_path(&blob_dir(shard), id, snap.offset), snap.len).await
+    else {
         return not_found("the snapshot was superseded");
     };
     match shard.table.borrow().get_visible(key).filter(|s| s.id == id) {
@@ -199,7 +149,7 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response
     let dir = blob_dir(shard);
     let path = blob_path(&dir, id, snap.offset);
     let _pending = PendingBlob::new(shard, &path);
-    if let Err(e) = write_blob(&dir, &path, req.body).await {
+    if let Err(e) = blobs::write(&dir, &path, req.body).await {
         return unavailable(&e);
     }
     let previous = match shard.table.borrow().get(req.key).filter(|s| s.id == id) {
@@ -314,7 +264,11 @@ fn sweep(dir: &Path, table: &Table, pending: &std::collections::HashSet<PathBuf>
     };
     let live: std::collections::HashSet<String> = table
         .iter()
-        .filter_map(|(_, s)| s.snapshot.as_ref().map(|snap| blob_name(s.id, snap.offset)))
+        .filter_map(|(_, s)| {
+            s.snapshot
+                .as_ref()
+                .map(|snap| blobs::name(s.id, snap.offset))
+        })
         .collect();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

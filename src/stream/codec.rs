@@ -363,6 +363,7 @@ fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
         origin,
         retained,
         first_record,
+        snapshot,
         ..
     } = command
     else {
@@ -372,6 +373,10 @@ fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
     w.fork(origin);
     w.u64(*retained);
     w.u64(*first_record);
+    // An optional tail field (session 6): FORK records without it decode.
+    if let Some(snapshot) = snapshot {
+        w.snapshot(snapshot);
+    }
     kind::FORK
 }
 
@@ -405,6 +410,10 @@ fn decode_fork(r: &mut Reader<'_>) -> Result<Command, CodecError> {
         origin: r.fork()?,
         retained: r.u64()?,
         first_record: r.u64()?,
+        snapshot: match r.rest.is_empty() {
+            true => None,
+            false => Some(Box::new(r.snapshot()?)),
+        },
     })
 }
 

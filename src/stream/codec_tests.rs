@@ -75,7 +75,18 @@ fn fork() -> Entry {
         origin: origin(),
         retained: 4,
         first_record: 2,
+        snapshot: Some(Box::new(fork_snapshot())),
     })
+}
+
+/// The snapshot a fork inherits in `fork()`.
+fn fork_snapshot() -> Snapshot {
+    Snapshot {
+        offset: 8,
+        content_type: "application/x-state".into(),
+        digest: "dd".into(),
+        len: 3,
+    }
 }
 
 fn entries() -> Vec<Entry> {
@@ -258,8 +269,11 @@ fn without_tail_fields(kind: u8, payload: &[u8]) -> Vec<usize> {
     let len = payload.len();
     let fork = 1 + 4 + origin().source.len() + 24;
     let recent = 4 + (1 + 2 * 36) + 1;
+    let snapshot = fork_snapshot();
+    let snapshot_len = 8 + 4 + snapshot.content_type.len() + 4 + snapshot.digest.len() + 8;
     match kind {
         kind::RETENTION => vec![len - 8],
+        kind::FORK => vec![len - snapshot_len],
         kind::IMAGE => {
             let before_recent = len - recent;
             let before_soft_delete = before_recent - 1;
@@ -299,6 +313,7 @@ fn records_without_the_tail_fields_decode_as_before() {
             Entry::Stream(Command::Retain { first_record, .. }) => {
                 (first_record, None, false, true)
             }
+            Entry::Stream(Command::Fork { snapshot, .. }) => (0, None, false, snapshot.is_none()),
             Entry::Image(image) => (
                 image.first_record,
                 image.fork,

@@ -101,6 +101,11 @@ pub enum Command {
         /// The source's retention point and the record ordinal there.
         retained: u64,
         first_record: u64,
+        /// The source's snapshot at or before `start`, the fork's own from
+        /// here (its blob was linked first): what covers `[0, retained)`
+        /// (extensions §3.4). In the FORK record, so that a fork is never
+        /// logged without it.
+        snapshot: Option<Box<super::state::Snapshot>>,
     },
     /// DELETE of a stream that forks still read from: its URL answers 410
     /// until the last fork goes (PROTOCOL.md §4.2 soft delete).

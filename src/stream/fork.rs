@@ -95,6 +95,7 @@ impl Table {
             origin,
             retained,
             first_record,
+            snapshot,
         } = command
         else {
             unreachable!("apply_fork takes Fork only");
@@ -128,6 +129,7 @@ impl Table {
         stream.messages = messages;
         stream.first_record = first_record;
         stream.retained = retained;
+        stream.snapshot = snapshot.map(|s| *s);
         stream.visible_tail = start;
         stream.fork = Some(origin);
         super::table::push_data(stream, data);

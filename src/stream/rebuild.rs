@@ -126,6 +126,7 @@ impl Rebuild {
                 origin,
                 retained,
                 first_record,
+                snapshot,
             } => {
                 // A create of the same configuration, then the fork's own
                 // data at the fork point; the inherited pieces are RELOCATE
@@ -150,6 +151,7 @@ impl Rebuild {
                     meta.retained = retained;
                     meta.first_record = first_record;
                     meta.fork = Some(origin);
+                    meta.snapshot = snapshot.map(|s| *s);
                 }
             }
             Command::SoftDelete { key, stream_id } => {
