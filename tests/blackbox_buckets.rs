@@ -710,3 +710,52 @@ fn delete_bucket_races_with_stream_create() {
         "DELETE bucket 204 and stream PUT 201 both succeeded: {both:?}"
     );
 }
+
+/// §1.5: a bucket is deleted only when empty. A fork copying into a bucket
+/// while the bucket is deleted either lands first (the delete is 409) or is
+/// refused; it never survives the delete to come back when the id is
+/// reused.
+#[test]
+fn a_fork_racing_its_buckets_delete_never_outlives_it() {
+    let s = start();
+    put_bucket(&s, "forksrc");
+    // A source big enough that a fork takes a while to copy it: 8 MiB in
+    // 1 MiB appends (the test server takes bodies up to 2 MiB).
+    create_stream(&s, "forksrc", "big", TEXT, b"");
+    for _ in 0..8 {
+        let r = req(
+            s.addr,
+            "POST",
+            "/forksrc/big",
+            &[("Content-Type", TEXT)],
+            &vec![b'x'; 1 << 20],
+        );
+        assert_eq!(r.status, 204);
+    }
+    for round in 0..12 {
+        let bucket = format!("race{round:04}");
+        put_bucket(&s, &bucket);
+        let addr = s.addr;
+        let fork_path = spath(&bucket, "f");
+        let forking = std::thread::spawn(move || {
+            let from = [("Stream-Forked-From", "/forksrc/big")];
+            req(addr, "PUT", &fork_path, &from, b"").status
+        });
+        std::thread::sleep(std::time::Duration::from_millis(round % 4));
+        let deleted = req(s.addr, "DELETE", &format!("/{bucket}"), &[], b"").status;
+        let forked = forking.join().unwrap();
+        match (forked, deleted) {
+            (201, 409) => {}
+            (404 | 409, 204) => {}
+            other => panic!("round {round}: fork and delete answered {other:?}"),
+        }
+        if deleted == 204 {
+            put_bucket(&s, &bucket);
+            assert_eq!(
+                bucket_streams(&s, &bucket),
+                0,
+                "round {round}: a stream came back"
+            );
+        }
+    }
+}

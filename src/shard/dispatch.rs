@@ -136,7 +136,7 @@ async fn lifecycle(
             Ok(None) => None,
             Err(reply) => Some(reply),
             Ok(Some(_)) if shard.commit_queue_full() => Some(queue_full()),
-            Ok(Some(request)) => Some(fork::create(shard, req, request).await),
+            Ok(Some(request)) => Some(fork::create(shard, req, request, sr.bucket).await),
         },
         Method::Delete if !sr.attrs => Some(fork::delete(shard, sr.key).await),
         _ => None,

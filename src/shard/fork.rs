@@ -15,7 +15,7 @@ use std::rc::Rc;
 use super::commit::Effect;
 use super::placement::shard_of;
 use super::store::{self, FetchError};
-use super::{Shard, mesh::MeshMsg, snapshot};
+use super::{Shard, buckets, mesh::MeshMsg, snapshot};
 use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
 use crate::protocol::response::not_found;
 use crate::protocol::{Request, Response, offset, records};
@@ -137,8 +137,14 @@ fn windows(pieces: &[(u64, u64)]) -> Vec<&[(u64, u64)]> {
     out
 }
 
-/// Fork side: a PUT with `Stream-Forked-From` on the fork's owner.
-pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) -> Response {
+/// Fork side: a PUT with `Stream-Forked-From` on the fork's owner, in
+/// `bucket` on the extensions' surface.
+pub async fn create(
+    shard: &Rc<Shard>,
+    req: &Request<'_>,
+    request: ForkRequest,
+    bucket: Option<&str>,
+) -> Response {
     if let Some(reply) = recreate(shard, req.key, &request) {
         // It rests on the head state: answer once that is committed.
         return shard
@@ -179,6 +185,12 @@ pub async fn create(shard: &Rc<Shard>, req: &Request<'_>, request: ForkRequest) 
     };
     // Another request created the stream while this one copied.
     if let Some(reply) = recreate(shard, req.key, &request) {
+        return reply;
+    }
+    // The bucket may have been deleted, or frozen for deletion, meanwhile
+    // (extensions §1.5: only an empty bucket goes). Checked with no await
+    // before the submit: a freeze after it counts this fork.
+    if let Some(Err(reply)) = bucket.map(|b| buckets::admits_create(shard, b)) {
         return reply;
     }
     // After that check, with no await before the submit: no other fork of
