@@ -158,3 +158,50 @@ fn packed_index_chunks_hold_more_appends() {
         .expect("rill_index_bytes");
     assert!(used as u64 >= budget && (used as u64) < budget + 512 * 24);
 }
+
+/// Expired streams that no request names again are reaped by the cleaner's
+/// passes (PROTOCOL.md §5.1): their index budget comes back without anyone
+/// touching them.
+#[test]
+fn expired_streams_give_their_budget_back_unnamed() {
+    let s = Server::start(&[
+        "--cores",
+        "1",
+        "--max-index-bytes",
+        "65536",
+        "--clean-interval-ms",
+        "100",
+    ]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let short = [("Content-Type", "text/plain"), ("Stream-TTL", "1")];
+    let mut created = 0;
+    while req(
+        s.addr,
+        "PUT",
+        &format!("/{BUCKET}/short-{created}"),
+        &short,
+        b"x",
+    )
+    .status
+        == 201
+    {
+        created += 1;
+        assert!(created < 1000, "the budget never refused a create");
+    }
+    // Full: a create is refused until the short-lived streams expire.
+    let later = format!("/{BUCKET}/later");
+    assert_eq!(req(s.addr, "PUT", &later, &JSON, b"").status, 503);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match req(s.addr, "PUT", &later, &JSON, b"").status {
+            201 => break,
+            503 if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            other => panic!("{created} expired streams still hold the budget: {other}"),
+        }
+    }
+}

@@ -17,8 +17,9 @@
 //! creates and images holds no stream bytes, yet copying it frees nothing)
 //! is left in place and looked at again after `RECONSIDER_PASSES` passes.
 //!
-//! Each pass also sweeps snapshot blobs no stream refers to any more and
-//! collects soft-deleted streams without forks; it skips cleaning while a
+//! Each pass also deletes expired streams no request has named since,
+//! sweeps snapshot blobs no stream refers to any more and collects
+//! soft-deleted streams without forks; it skips cleaning while a
 //! fork copy is in flight (its staged records belong to no stream yet).
 //!
 //! Crash safety: the segment is removed only after the copies are durable;
@@ -53,6 +54,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let mut collected = std::time::Instant::now();
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
+        reap_expired(&shard).await;
         super::snapshot::sweep_shard(&shard);
         super::fork::sweep(&shard);
         if collected.elapsed() >= COLLECT_EVERY {
@@ -81,6 +83,30 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Streams reaped between two yields to the shard's other tasks.
+const REAP_CHUNK: usize = 1024;
+
+/// Deletes the streams whose TTL or Expires-At has passed (PROTOCOL.md
+/// §5.1) that no request has named since: a request reaps only the stream
+/// it names, and an expired stream nobody names again must not hold the
+/// index budget, memory and disk (nor its soft-deleted sources) forever.
+async fn reap_expired(shard: &Shard) {
+    let now_ms = crate::clock::now_ms();
+    let expired: Vec<String> = shard
+        .table
+        .borrow()
+        .iter()
+        .filter(|(_, s)| s.is_expired(now_ms))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for (i, key) in expired.iter().enumerate() {
+        shard.reap_if_expired(key);
+        if (i + 1) % REAP_CHUNK == 0 {
+            monoio::time::sleep(Duration::ZERO).await;
         }
     }
 }
