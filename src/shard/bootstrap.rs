@@ -24,16 +24,20 @@ struct Plan {
     id: u64,
     content_type: String,
     json: bool,
-    snapshot: Option<(crate::stream::Snapshot, std::path::PathBuf)>,
+    /// The snapshot and its blob, opened with the plan (no await between):
+    /// a publish that supersedes it meanwhile cannot take its bytes away.
+    snapshot: Option<(crate::stream::Snapshot, std::fs::File)>,
     start: u64,
     end: u64,
     /// Message ends in `(start, end]`.
     ends: Vec<u64>,
 }
 
-fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
+fn plan(shard: &Shard, key: &str) -> Result<(Plan, Response, String), Response> {
     let table = shard.table.borrow();
-    let stream = table.get_visible(key)?;
+    let stream = table
+        .get_visible(key)
+        .ok_or_else(|| not_found("stream not found"))?;
     let start = stream
         .snapshot
         .as_ref()
@@ -41,10 +45,13 @@ fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
     let end = stream.tail();
     let ends = stream.messages.ends_in(start, end).to_vec();
     let dir = shard.segments.dir().join("snapshots");
-    let snapshot = stream.snapshot.clone().map(|s| {
-        let path = blobs::path(&dir, stream.id, s.offset);
-        (s, path)
-    });
+    let snapshot = match stream.snapshot.clone() {
+        None => None,
+        Some(s) => match std::fs::File::open(blobs::path(&dir, stream.id, s.offset)) {
+            Ok(file) => Some((s, file)),
+            Err(e) => return Err(blob_unreadable(&e)),
+        },
+    };
     let boundary = bootstrap::boundary((shard.next_random(), shard.next_random()));
     let head = bootstrap::head(stream, &boundary, end);
     let plan = Plan {
@@ -56,7 +63,34 @@ fn plan(shard: &Shard, key: &str) -> Option<(Plan, Response, String)> {
         end,
         ends,
     };
-    Some((plan, head, boundary))
+    Ok((plan, head, boundary))
+}
+
+fn blob_unreadable(e: &std::io::Error) -> Response {
+    Response::error(
+        503,
+        "storage_unavailable",
+        &format!("reading the snapshot blob failed: {e}"),
+    )
+    .header("retry-after", "1")
+}
+
+/// The snapshot part's bytes, read before the response head goes out, so
+/// that a failed read is a 503 rather than a cut-off 200.
+/// (content type, bytes) of the first part: the snapshot, or empty.
+async fn first_part(plan: &mut Plan) -> Result<(String, Vec<u8>), Response> {
+    let Some((snapshot, file)) = plan.snapshot.take() else {
+        return Ok(("application/octet-stream".to_string(), Vec::new()));
+    };
+    let read = async {
+        let file = monoio::fs::File::from_std(file)?;
+        let (result, buf) = file
+            .read_exact_at(vec![0u8; snapshot.len as usize], 0)
+            .await;
+        result.map(|()| buf)
+    };
+    let blob = read.await.map_err(|e| blob_unreadable(&e))?;
+    Ok((snapshot.content_type, blob))
 }
 
 pub async fn serve(
@@ -85,8 +119,9 @@ pub async fn serve(
         let reply = advertised(shard, key, reply);
         return respond(shard, socket, reply, keep, false).await;
     }
-    let Some((plan, reply_head, boundary)) = plan(shard, key) else {
-        return respond(shard, socket, not_found("stream not found"), keep, false).await;
+    let (mut plan, reply_head, boundary) = match plan(shard, key) {
+        Ok(planned) => planned,
+        Err(reply) => return respond(shard, socket, reply, keep, false).await,
     };
     // The snapshot blob and one window of messages are held in memory
     // while the client reads them.
@@ -94,9 +129,16 @@ pub async fn serve(
     let Some(_lease) = shard.lease_reply(held) else {
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
+    let head_only = head.method == Method::Head;
+    let first = match head_only {
+        true => Default::default(),
+        false => match first_part(&mut plan).await {
+            Ok(first) => first,
+            Err(reply) => return respond(shard, socket, reply, keep, false).await,
+        },
+    };
     responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
-    let head_only = head.method == Method::Head;
     let streamed = Streamed::for_request(head.http11);
     let keep = keep && streamed.keeps_alive();
     render::encode(&reply_head, streamed.framing(), keep, head_only, &mut out);
@@ -106,7 +148,7 @@ pub async fn serve(
     if head_only {
         return keep;
     }
-    let ok = parts(shard, (socket, streamed), key, &plan, &boundary).await;
+    let ok = parts(shard, (socket, streamed), key, &plan, (&boundary, first)).await;
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep
 }
 
@@ -118,18 +160,10 @@ async fn parts(
     (socket, streamed): (&mut TcpStream, Streamed),
     key: &str,
     plan: &Plan,
-    boundary: &str,
+    (boundary, (first_type, first)): (&str, (String, Vec<u8>)),
 ) -> bool {
     let mut out = Vec::new();
-    let first = match &plan.snapshot {
-        Some((snapshot, path)) => {
-            let Ok(blob) = read_file(path, snapshot.len).await else {
-                return false;
-            };
-            bootstrap::part(&mut out, boundary, &snapshot.content_type, &blob)
-        }
-        None => bootstrap::part(&mut out, boundary, "application/octet-stream", b""),
-    };
+    let first = bootstrap::part(&mut out, boundary, &first_type, &first);
     if !first || !send_piece(socket, streamed, &out).await {
         return false;
     }
@@ -168,11 +202,4 @@ async fn parts(
     let mut out = Vec::new();
     bootstrap::close(&mut out, boundary);
     send_piece(socket, streamed, &out).await
-}
-
-async fn read_file(path: &std::path::Path, len: u64) -> std::io::Result<Vec<u8>> {
-    let file = monoio::fs::File::open(path).await?;
-    let (result, buf) = file.read_exact_at(vec![0u8; len as usize], 0).await;
-    result?;
-    Ok(buf)
 }
