@@ -205,3 +205,35 @@ fn expired_streams_give_their_budget_back_unnamed() {
         }
     }
 }
+
+/// The strings a client chooses for a stream (its content type, its
+/// `Stream-Seq`, its Expires-At) count as sent, like its attributes.
+#[test]
+fn client_chosen_strings_count_against_the_budget() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let used = || -> u64 {
+        let metrics = req(s.addr, "GET", "/v1/metrics", &[], b"").text();
+        metrics
+            .lines()
+            .find(|l| l.starts_with("rill_index_bytes{"))
+            .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .expect("rill_index_bytes") as u64
+    };
+    let path = format!("/{BUCKET}/seq");
+    let long_type = format!("text/plain; x={}", "t".repeat(10_000));
+    let before = used();
+    assert_eq!(
+        req(s.addr, "PUT", &path, &[("Content-Type", &long_type)], b"").status,
+        201
+    );
+    let created = used();
+    assert!(created - before > 10_000, "{before} -> {created}");
+    let seq = "s".repeat(20_000);
+    let headers = [("Content-Type", "text/plain"), ("Stream-Seq", seq.as_str())];
+    assert_eq!(req(s.addr, "POST", &path, &headers, b"x").status, 204);
+    assert!(used() - created > 20_000);
+}

@@ -38,10 +38,15 @@ impl Default for ProducerLimits {
 pub const STREAM_BYTES: u64 = 1024;
 
 impl Stream {
-    /// What this stream's indexes and metadata take (its key aside).
+    /// What this stream's indexes and metadata take (its key aside): the
+    /// client-chosen strings count as sent, up to the head limit each.
     pub fn index_footprint(&self) -> u64 {
         let indexes = self.messages.index_bytes() + self.data.index_bytes();
-        indexes + STREAM_BYTES + self.attrs.len() as u64
+        let strings = self.attrs.len()
+            + self.content_type.len()
+            + self.stream_seq.as_ref().map_or(0, String::len)
+            + self.expires_at.as_ref().map_or(0, String::len);
+        indexes + STREAM_BYTES + strings as u64
     }
 }
 
