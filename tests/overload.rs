@@ -117,3 +117,40 @@ fn connections_over_the_limit_get_503_and_are_closed() {
         thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `--max-connections` holds on the shard that owns a stream, whichever
+/// shard accepted the connections and handed them over: a busy stream does
+/// not gather connections past the limit.
+#[test]
+fn handed_over_connections_count_against_the_owners_limit() {
+    let s = Server::start(&[
+        "--cores",
+        "2",
+        "--max-connections",
+        "3",
+        "--long-poll-timeout-ms",
+        "2000",
+    ]);
+    let path = (0..)
+        .map(|i| format!("/v1/stream/owned-by-1-{i}"))
+        .find(|p| rill::shard::placement::shard_of(p, 2) == 1)
+        .unwrap();
+    assert_eq!(
+        req(s.addr, "PUT", &path, &[("Content-Type", "text/plain")], b"").status,
+        201
+    );
+    let waiters: Vec<_> = (0..12)
+        .map(|_| {
+            let (addr, path) = (s.addr, path.clone());
+            thread::spawn(move || {
+                let url = format!("{path}?offset=now&live=long-poll");
+                req(addr, "GET", &url, &[], b"").status
+            })
+        })
+        .collect();
+    let statuses: Vec<u16> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    let held = statuses.iter().filter(|&&s| s == 204).count();
+    let refused = statuses.iter().filter(|&&s| s == 503).count();
+    assert!(held <= 3, "the owner held {held} long-polls: {statuses:?}");
+    assert_eq!(held + refused, statuses.len(), "{statuses:?}");
+}

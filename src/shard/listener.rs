@@ -282,8 +282,8 @@ async fn drop_foreign_streams(shard: &Shard) {
     }
 }
 
-/// A connection over `--max-connections`: 503 with Retry-After, then close
-/// (the request is not read).
+/// A connection over `--max-connections` (accepted here, or handed over
+/// with its request read): 503 with Retry-After, then close.
 async fn refuse(mut socket: monoio::net::TcpStream) {
     let reply = crate::protocol::Response::error(
         503,
@@ -348,6 +348,11 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
         match msg {
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
+                // The limit holds for connections handed over too: else a
+                // busy stream's shard gathers them past it.
+                Ok(socket) if shard.metrics.open_connections() >= shard.config.max_connections => {
+                    monoio::spawn(refuse(socket));
+                }
                 Ok(socket) => conns.spawn(&shard, socket, buffered),
                 Err(e) => crate::warn!(shard = shard.index, "handoff: {e}"),
             },
