@@ -571,3 +571,58 @@ fn snapshots_follow_their_streams_across_resharding() {
         }
     }
 }
+
+/// §2.2: "Publishing different content at an already-published offset
+/// MUST return 409". Two publishes racing at one offset (a small one and a
+/// large one, as a client retrying with new state might send): one wins,
+/// the other is a conflict (or, with the same body, a repeat), and the
+/// blob served is the winner's.
+#[test]
+fn racing_publishes_at_one_offset_have_one_winner() {
+    let s = start_with_bucket(&["--cores", "2"]);
+    let text = [("Content-Type", "text/plain")];
+    for round in 0..30 {
+        let path = format!("/{BUCKET}/race-{round}");
+        let created = req(s.addr, "PUT", &path, &text, b"hello");
+        assert_eq!(created.status, 201);
+        let url = format!(
+            "{path}/snapshot/{}",
+            created.header("stream-next-offset").unwrap()
+        );
+        let same = round % 5 == 0;
+        let bodies: Vec<(Vec<u8>, &str)> = match same {
+            true => vec![(vec![b'S'; 300_000], "application/x-s"); 2],
+            false => vec![
+                (vec![b'b'; 300_000], "application/x-big"),
+                (vec![b'a'; 100], "application/x-small"),
+            ],
+        };
+        let racers: Vec<_> = bodies
+            .iter()
+            .cloned()
+            .map(|(body, ct)| {
+                let (addr, url) = (s.addr, url.clone());
+                std::thread::spawn(move || {
+                    req(addr, "PUT", &url, &[("Content-Type", ct)], &body).status
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = racers.into_iter().map(|r| r.join().unwrap()).collect();
+        let blob = req(s.addr, "GET", &url, &[], b"");
+        assert_eq!(blob.status, 200, "round {round}");
+        match same {
+            true => assert_eq!(statuses, [204, 204], "round {round}: repeats"),
+            false => {
+                let winner = statuses.iter().position(|&s| s == 204).expect("a winner");
+                let mut sorted = statuses.clone();
+                sorted.sort();
+                assert_eq!(sorted, [204, 409], "round {round}");
+                assert_eq!(
+                    blob.body, bodies[winner].0,
+                    "round {round}: the winner's blob"
+                );
+                assert_eq!(blob.header("content-type"), Some(bodies[winner].1));
+            }
+        }
+    }
+}

@@ -55,7 +55,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
         reap_expired(&shard).await;
-        super::snapshot::sweep_shard(&shard);
+        super::snapshot::sweep_when_settled(&shard).await;
         super::fork::sweep(&shard);
         if collected.elapsed() >= COLLECT_EVERY {
             super::startup::return_freed_memory(false);

@@ -223,6 +223,12 @@ impl Commits {
         Some(Ticket(slot))
     }
 
+    /// Whether everything submitted is committed (or failed and undone):
+    /// the head state is then the durable one.
+    pub fn settled(&self) -> bool {
+        self.uncommitted.borrow().is_empty()
+    }
+
     pub fn has_queued(&self) -> bool {
         !self.queue.borrow().records.is_empty()
     }

@@ -25,6 +25,10 @@ fn blob_path(dir: &Path, stream_id: u64, offset: u64) -> PathBuf {
     blobs::path(dir, stream_id, offset)
 }
 
+fn blob_file(shard: &Shard, stream_id: u64, offset: u64) -> PathBuf {
+    blob_path(&blob_dir(shard), stream_id, offset)
+}
+
 /// This shard's blob of incarnation `stream_id` at `offset`, opened: held
 /// open, it stays that snapshot's bytes whatever publishes come next.
 pub(super) fn open_blob(shard: &Shard, stream_id: u64, offset: u64) -> std::io::Result<File> {
@@ -129,23 +133,41 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
 
 async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response {
     let limit = shard.config.max_snapshot_bytes;
-    let decided = {
-        let table = shard.table.borrow();
-        let Some(stream) = table.get_visible(req.key) else {
-            return not_found("stream not found");
+    loop {
+        let decided = {
+            let table = shard.table.borrow();
+            let Some(stream) = table.get_visible(req.key) else {
+                return not_found("stream not found");
+            };
+            snapshot::decide_publish(req, stream, at, limit).map(|p| (stream.id, p))
         };
-        snapshot::decide_publish(req, stream, at, limit).map(|p| (stream.id, p))
-    };
-    let (id, snap) = match decided {
-        Err(reply) => return reply,
-        Ok((_, Publish::Same(reply))) => {
-            return shard
-                .barrier()
-                .await
-                .map_or_else(|e| e.response(), |()| reply);
+        let (id, snap) = match decided {
+            Err(reply) => return reply,
+            Ok((_, Publish::Same(reply))) => {
+                return shard
+                    .barrier()
+                    .await
+                    .map_or_else(|e| e.response(), |()| reply);
+            }
+            Ok((id, Publish::Write(snap))) => (id, snap),
+        };
+        // One publish at a time per stream and offset: another waits for
+        // the first to end, then is decided again (a repeat of it, or a
+        // conflict with it, §2.2), and never rewrites its blob.
+        if shard
+            .pending_blobs
+            .borrow()
+            .contains(&blob_file(shard, id, snap.offset))
+        {
+            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+            continue;
         }
-        Ok((id, Publish::Write(snap))) => (id, snap),
-    };
+        return write_and_commit(shard, req, id, snap).await;
+    }
+}
+
+/// Writes the blob of a decided publish, then commits its SNAPSHOT record.
+async fn write_and_commit(shard: &Shard, req: &Request<'_>, id: u64, snap: Snapshot) -> Response {
     let dir = blob_dir(shard);
     let path = blob_path(&dir, id, snap.offset);
     let _pending = PendingBlob::new(shard, &path);
@@ -251,8 +273,25 @@ impl Drop for PendingBlob<'_> {
     }
 }
 
+/// Tries of `sweep_when_settled` before it leaves the sweep to a later pass.
+const SETTLE_TRIES: usize = 8;
+
+/// Sweeps once everything decided is committed. Until then the head state
+/// may have stopped referring to a blob that the durable state still
+/// needs (a publish superseding it, a delete of its stream), and a crash
+/// would restart from the durable state without it.
+pub async fn sweep_when_settled(shard: &Shard) {
+    for _ in 0..SETTLE_TRIES {
+        if shard.commits.settled() {
+            return sweep_shard(shard);
+        }
+        let _ = shard.barrier().await;
+    }
+}
+
 /// Removes the blobs no stream refers to (crashes between blob and record,
 /// deleted, expired or recreated streams), sparing publishes in flight.
+/// Only where the head state is the durable one: at startup, or settled.
 pub fn sweep_shard(shard: &Shard) {
     let pending = shard.pending_blobs.borrow();
     sweep(shard.segments.dir(), &shard.table.borrow(), &pending);
