@@ -55,7 +55,7 @@ impl Rebuild {
                 start,
                 data,
             } => {
-                let json = self.meta.get(&key).is_none_or(content_is_json);
+                let json = self.json_of(&key, stream_id);
                 self.place(stream_id, start, &data, location, json);
             }
             Entry::Image(image) => {
@@ -169,7 +169,7 @@ impl Rebuild {
                 close,
                 now_ms,
             } => {
-                let json = self.meta.get(&key).is_none_or(content_is_json);
+                let json = self.json_of(&key, stream_id);
                 let records = self.place(stream_id, start, &data, location, json);
                 if let Some(p) = &producer {
                     let range = WriteRange {
@@ -261,6 +261,18 @@ impl Rebuild {
                 self.ranges.retain(|(id, _), _| *id != stream_id);
             }
         }
+    }
+
+    /// Whether incarnation `stream_id` of `key` may be a JSON stream. Data
+    /// can come before its incarnation's create or image in the log (the
+    /// cleaner and re-sharding copy data first): unknown, it may be, so its
+    /// newlines are kept (`build` uses them only on a JSON stream). The
+    /// key's current incarnation may be an older one of another kind.
+    fn json_of(&self, key: &str, stream_id: u64) -> bool {
+        self.meta
+            .get(key)
+            .filter(|m| m.stream_id == stream_id)
+            .is_none_or(content_is_json)
     }
 
     /// Places a record's data; returns how many records (messages) it
@@ -516,4 +528,61 @@ pub fn replay_record(
     });
     rebuild.replay(entry, location);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(content_type: &str, now_ms: u64) -> Entry {
+        Entry::Stream(Command::Create {
+            key: "k".into(),
+            content_type: content_type.into(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            data: Vec::new(),
+            now_ms,
+            attrs: Vec::new(),
+        })
+    }
+
+    #[test]
+    fn data_logged_before_its_incarnation_keeps_its_records() {
+        // A text stream's key re-created as JSON; the cleaner copied the
+        // new incarnation's first append ahead of its create, while the
+        // old incarnation was still the key's.
+        let (old, new) = (incarnation_id("k", 1), incarnation_id("k", 2));
+        let mut rebuild = Rebuild::default();
+        rebuild.replay(create("text/plain", 1), None);
+        let relocated = Entry::Relocate {
+            key: "k".into(),
+            stream_id: new,
+            start: 0,
+            data: b"1\n2\n3\n".to_vec(),
+        };
+        rebuild.replay(relocated, Some((1, 0)));
+        let delete = Command::Delete {
+            key: "k".into(),
+            stream_id: old,
+        };
+        rebuild.replay(Entry::Stream(delete), None);
+        rebuild.replay(create("application/json", 2), None);
+        let append = Command::Append {
+            key: "k".into(),
+            stream_id: new,
+            start: 6,
+            data: b"4\n".to_vec(),
+            producer: None,
+            stream_seq: None,
+            close: false,
+            now_ms: 3,
+        };
+        rebuild.replay(Entry::Stream(append), Some((1, 64)));
+        let (table, _) = rebuild.finish(u64::MAX, 4).unwrap();
+        let stream = table.get("k").unwrap();
+        assert_eq!(stream.tail(), 8);
+        assert_eq!(stream.messages.next(), 4, "one record per line");
+    }
 }
