@@ -114,17 +114,7 @@ mod tests {
 
     fn stream(content_type: &str, data: &[u8]) -> Stream {
         let mut table = Table::default();
-        let (applied, _) = table.apply(Command::Create {
-            key: "k".into(),
-            content_type: content_type.into(),
-            ttl_secs: None,
-            expires_at: None,
-            expires_at_ms: None,
-            closed: false,
-            data: data.to_vec(),
-            now_ms: 0,
-            attrs: Vec::new(),
-        });
+        let (applied, _) = table.apply(Command::plain_create("k", content_type, data, 0));
         table.publish(&applied, None);
         table.get("k").unwrap().clone()
     }

@@ -129,3 +129,22 @@ impl Command {
         }
     }
 }
+
+#[cfg(test)]
+impl Command {
+    /// A create of `key` with nothing but a content type and initial data,
+    /// as unit tests need one.
+    pub fn plain_create(key: &str, content_type: &str, data: &[u8], now_ms: u64) -> Command {
+        Command::Create {
+            key: key.into(),
+            content_type: content_type.into(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            data: data.to_vec(),
+            now_ms,
+            attrs: Vec::new(),
+        }
+    }
+}

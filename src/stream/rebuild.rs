@@ -535,17 +535,7 @@ mod tests {
     use super::*;
 
     fn create(content_type: &str, now_ms: u64) -> Entry {
-        Entry::Stream(Command::Create {
-            key: "k".into(),
-            content_type: content_type.into(),
-            ttl_secs: None,
-            expires_at: None,
-            expires_at_ms: None,
-            closed: false,
-            data: Vec::new(),
-            now_ms,
-            attrs: Vec::new(),
-        })
+        Entry::Stream(Command::plain_create("k", content_type, b"", now_ms))
     }
 
     #[test]

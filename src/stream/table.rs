@@ -616,17 +616,7 @@ mod tests {
     use super::*;
 
     fn create(key: &str, data: &[u8]) -> Command {
-        Command::Create {
-            key: key.into(),
-            content_type: "text/plain".into(),
-            ttl_secs: None,
-            expires_at: None,
-            expires_at_ms: None,
-            closed: false,
-            data: data.to_vec(),
-            now_ms: 5,
-            attrs: Vec::new(),
-        }
+        Command::plain_create(key, "text/plain", data, 5)
     }
 
     fn append(
