@@ -237,3 +237,24 @@ fn client_chosen_strings_count_against_the_budget() {
     assert_eq!(req(s.addr, "POST", &path, &headers, b"x").status, 204);
     assert!(used() - created > 20_000);
 }
+
+/// Buckets are created by clients too: they count against the budget
+/// (extensions §1.2's PUT then gets 503), and a delete makes room again.
+#[test]
+fn buckets_are_bounded_by_the_budget() {
+    let s = Server::start(&["--cores", "1", "--max-index-bytes", "65536"]);
+    let mut created = 0;
+    let refused = loop {
+        let r = req(s.addr, "PUT", &format!("/bucket-{created:05}"), &[], b"");
+        if r.status != 201 {
+            break r;
+        }
+        created += 1;
+        assert!(created < 1000, "the budget never refused a bucket");
+    };
+    assert_eq!(refused.status, 503, "{}", refused.text());
+    assert!(refused.text().contains("index_budget_full"));
+    assert!(created > 100, "only {created} buckets fit");
+    assert_eq!(req(s.addr, "DELETE", "/bucket-00000", &[], b"").status, 204);
+    assert_eq!(req(s.addr, "PUT", "/bucket-again", &[], b"").status, 201);
+}

@@ -151,11 +151,27 @@ async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<Stream
     replies.into_iter().flatten().collect()
 }
 
+/// What a bucket takes in every shard's registry (its entry, its id aside).
+const BUCKET_BYTES: u64 = 256;
+
+/// Whether this shard's registry fills what its streams leave of the index
+/// budget: buckets are created by clients too, so they are bounded with it.
+fn registry_full(shard: &Shard) -> bool {
+    let registry: u64 = shard
+        .buckets
+        .borrow()
+        .keys()
+        .map(|id| BUCKET_BYTES + id.len() as u64)
+        .sum();
+    registry >= shard.table.borrow().index_room()
+}
+
 /// PUT, GET and DELETE on `/{bucket_id}`.
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
+        (Method::Put, None) if registry_full(shard) => crate::protocol::response::index_full(),
         (Method::Put, None) => {
             let created_at_ms = clock::now_ms();
             // Registered here first so a concurrent PUT of the same id sees it.
