@@ -626,3 +626,57 @@ fn racing_publishes_at_one_offset_have_one_winner() {
         }
     }
 }
+
+/// Publishers that read the tail, then publish there, while others append:
+/// some publish at an offset a newer snapshot already superseded, which
+/// makes it visible again (its blob written anew). The visible snapshot's
+/// blob must never go missing: no bootstrap 503, the blob readable at the end.
+#[test]
+fn publishes_at_stale_tails_keep_the_visible_blob() {
+    let s = start_with_bucket(&["--cores", "1"]);
+    let path = format!("/{BUCKET}/stale");
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", &path, &text, b"init|").status, 201);
+    let stop = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let (addr, path) = (s.addr, path.clone());
+            std::thread::spawn(move || {
+                let mut conn = common::Conn::open(addr);
+                let mut turn = w;
+                while std::time::Instant::now() < stop {
+                    turn += 1;
+                    if turn % 2 == 0 {
+                        conn.request("POST", &path, &[("Content-Type", "text/plain")], b"d|");
+                        continue;
+                    }
+                    let head = conn.request("HEAD", &path, &[], b"");
+                    let tail = head.header("stream-next-offset").unwrap().to_string();
+                    let url = format!("{path}/snapshot/{tail}");
+                    let r = conn.request("PUT", &url, &[("Content-Type", "text/plain")], b"snap");
+                    assert!(matches!(r.status, 204 | 409), "{} {}", r.status, r.text());
+                }
+            })
+        })
+        .collect();
+    let mut conn = common::Conn::open(s.addr);
+    let mut bootstraps = 0;
+    while std::time::Instant::now() < stop {
+        let r = conn.request("GET", &format!("{path}/bootstrap"), &[], b"");
+        assert_ne!(r.status, 503, "bootstrap {bootstraps}: {}", r.text());
+        bootstraps += 1;
+    }
+    workers.into_iter().for_each(|w| w.join().unwrap());
+    let head = req(s.addr, "HEAD", &path, &[], b"");
+    let visible = head
+        .header("stream-snapshot-offset")
+        .expect("a visible snapshot");
+    let blob = req(
+        s.addr,
+        "GET",
+        &format!("{path}/snapshot/{visible}"),
+        &[],
+        b"",
+    );
+    assert_eq!((blob.status, blob.body.as_slice()), (200, &b"snap"[..]));
+}

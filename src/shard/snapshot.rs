@@ -238,6 +238,8 @@ pub async fn serve_retention(
 }
 
 /// Removes the blob a publish replaced, unless it is visible again.
+/// Unless a publish at that offset is in flight: a publish at an older
+/// offset may be writing that file anew, to make it visible again.
 fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapshot>, dir: &Path) {
     let Some(previous) = previous else { return };
     let current = shard
@@ -245,8 +247,9 @@ fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapsho
         .borrow()
         .get(key)
         .and_then(|s| s.snapshot.as_ref().map(|c| c.offset));
-    if current != Some(previous.offset) {
-        let _ = std::fs::remove_file(blob_path(dir, id, previous.offset));
+    let path = blob_path(dir, id, previous.offset);
+    if current != Some(previous.offset) && !shard.pending_blobs.borrow().contains(&path) {
+        let _ = std::fs::remove_file(path);
     }
 }
 
