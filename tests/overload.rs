@@ -128,8 +128,10 @@ fn handed_over_connections_count_against_the_owners_limit() {
         "2",
         "--max-connections",
         "3",
+        // Long enough that every waiter is there at once, even on a
+        // loaded machine: a waiter that ended early would free its slot.
         "--long-poll-timeout-ms",
-        "2000",
+        "8000",
     ]);
     let path = (0..)
         .map(|i| format!("/v1/stream/owned-by-1-{i}"))
