@@ -240,6 +240,14 @@ impl Conns {
         });
     }
 
+    /// Whether this shard serves `--max-connections` connections already.
+    /// Counted when a connection's task is spawned, not when it first runs:
+    /// a burst of accepts or handoffs decided before their tasks ran would
+    /// pass the limit together.
+    fn at_limit(&self, shard: &Shard) -> bool {
+        self.open.get() as u64 >= shard.config.max_connections
+    }
+
     async fn all_closed(&self) {
         loop {
             let seen = self.closed.generation();
@@ -316,7 +324,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                 Ok((socket, _peer)) => {
                     shard.metrics.add(crate::metrics::Counter::Accepted, 1);
                     let _ = socket.set_nodelay(true);
-                    if shard.metrics.open_connections() >= shard.config.max_connections {
+                    if conns.at_limit(&shard) {
                         monoio::spawn(refuse(socket));
                         continue;
                     }
@@ -350,7 +358,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
             {
                 // The limit holds for connections handed over too: else a
                 // busy stream's shard gathers them past it.
-                Ok(socket) if shard.metrics.open_connections() >= shard.config.max_connections => {
+                Ok(socket) if conns.at_limit(&shard) => {
                     monoio::spawn(refuse(socket));
                 }
                 Ok(socket) => conns.spawn(&shard, socket, buffered),
