@@ -25,7 +25,7 @@ use crate::shard::placement::shard_of;
 use crate::shard::store::Segments;
 use crate::stream::Table;
 use crate::stream::codec::{self, Entry};
-use crate::stream::rebuild::{Rebuild, image_of, replay_record};
+use crate::stream::rebuild::{Rebuild, image_of, replay_record, ring_budget};
 
 /// One shard log, recovered.
 struct Log {
@@ -109,13 +109,15 @@ async fn recover(
     })
 }
 
-/// Copies the streams of `source` that `to` shards place elsewhere.
+/// Copies the streams of `source` that `to` shards place elsewhere, in
+/// batches of half a segment.
 async fn move_streams(
     logs: &mut [Log],
     source: usize,
     to: usize,
-    batch_bytes: usize,
+    segment_bytes: u64,
 ) -> Result<usize, String> {
+    let batch_bytes = (segment_bytes / 2) as usize;
     let segments = Segments::new(logs[source].storage.clone());
     let moving: Vec<(String, usize)> = logs[source]
         .table
@@ -145,8 +147,7 @@ async fn move_streams(
         if let Some(snapshot) = &stream.snapshot {
             move_blob(logs, (source, *owner), stream.id, snapshot.offset)?;
         }
-        // A quarter of a segment, as the cleaner allows.
-        let ring_budget = batch_bytes as u64 / 2;
+        let ring_budget = ring_budget(segment_bytes);
         logs[*owner].push(&Entry::Image(Box::new(image_of(key, &stream, ring_budget))));
     }
     Ok(moving.len())
@@ -188,10 +189,9 @@ pub fn reshard(data: &mut DataDir, config: &Config, from: usize, to: usize) -> R
         for index in 0..from.max(to) {
             logs.push(recover(data, config, index, index < to).await?);
         }
-        let batch_bytes = (config.segment_bytes / 2) as usize;
         let mut moved = 0;
         for source in 0..from {
-            moved += move_streams(&mut logs, source, to, batch_bytes).await?;
+            moved += move_streams(&mut logs, source, to, config.segment_bytes).await?;
         }
         let buckets: BTreeMap<String, u64> = logs.iter().flat_map(|l| l.registry.clone()).collect();
         for log in logs.iter_mut().take(to) {

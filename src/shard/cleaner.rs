@@ -38,7 +38,7 @@ use crate::log::storage::{DirectStorage, Storage};
 use crate::metrics::Counter;
 use crate::stream::Command;
 use crate::stream::codec::{self, Entry};
-use crate::stream::rebuild::image_of;
+use crate::stream::rebuild::{image_of, ring_budget};
 
 /// A sealed segment is cleaned once less than this share of it is live.
 const LIVE_SHARE_LIMIT: f64 = 0.5;
@@ -252,7 +252,11 @@ fn copies(
             out.push((entry, effect));
         }
         out.push((
-            Entry::Image(Box::new(image_of(key, stream, ring_budget(shard)))),
+            Entry::Image(Box::new(image_of(
+                key,
+                stream,
+                ring_budget(shard.config.segment_bytes),
+            ))),
             Effect::Nothing,
         ));
     }
@@ -311,11 +315,6 @@ fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
         .sum();
     // A segment whose copies are nothing (empty, or all dead) always goes.
     copied == 0 || (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
-}
-
-/// Bytes of producer rings an IMAGE may carry: a quarter of a segment.
-fn ring_budget(shard: &Shard) -> u64 {
-    shard.config.segment_bytes / 4
 }
 
 /// How often the cleaner's pass also returns freed memory to the kernel.

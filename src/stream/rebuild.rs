@@ -466,6 +466,12 @@ fn build(meta: StreamImage, pieces: Placed, now_ms: u64) -> Result<Stream, Strin
     })
 }
 
+/// Bytes of producer rings an IMAGE may carry with `segment_bytes` long
+/// segments: a quarter of one.
+pub fn ring_budget(segment_bytes: u64) -> u64 {
+    segment_bytes / 4
+}
+
 /// The image of a live stream's current (head) metadata, for the cleaner
 /// and re-sharding. The producers' rings go in only while they take at
 /// most `ring_budget` bytes: an image is one log record, which must fit a
