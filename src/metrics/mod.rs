@@ -365,11 +365,6 @@ impl Metrics {
         status
     }
 
-    /// Client connections open on this shard now.
-    pub fn open_connections(&self) -> u64 {
-        self.connections.get()
-    }
-
     /// Counts an open connection until the guard drops.
     pub fn connection(&self) -> Held<'_> {
         Held::new(&self.connections)

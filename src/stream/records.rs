@@ -40,15 +40,6 @@ impl RecordIndex {
         self.ends.bytes()
     }
 
-    /// How many message ends the index holds.
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
     /// The next ordinal (the record tail N of the head state).
     pub fn next(&self) -> u64 {
         self.base + self.ends.len() as u64

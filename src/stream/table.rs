@@ -115,9 +115,9 @@ impl Table {
     /// Adds a stream rebuilt by recovery (durable, nothing cached).
     pub fn restore(&mut self, key: String, stream: Stream) {
         self.count_fork(&stream, true);
-        self.index_used += stream.index_footprint() + key.len() as u64;
         self.cache.keys.insert(stream.id, key.clone());
-        self.streams.insert(key, stream);
+        self.streams.insert(key.clone(), stream);
+        self.count_index(0, &key);
     }
 
     /// Points the extent of `key`'s incarnation `stream_id` that starts at
