@@ -45,7 +45,12 @@ pub async fn write(dir: &Path, path: &Path, body: &[u8]) -> io::Result<()> {
 }
 
 pub async fn read(path: &Path, len: u64) -> io::Result<Vec<u8>> {
-    let file = monoio::fs::File::open(path).await?;
+    read_open(File::open(path)?, len).await
+}
+
+/// Reads the `len` bytes of a blob opened earlier (see `adopt`).
+pub async fn read_open(file: File, len: u64) -> io::Result<Vec<u8>> {
+    let file = monoio::fs::File::from_std(file)?;
     let (result, buf) = file.read_exact_at(vec![0u8; len as usize], 0).await;
     result?;
     Ok(buf)

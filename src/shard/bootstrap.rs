@@ -9,7 +9,7 @@ use monoio::net::TcpStream;
 use super::conn::{respond, responding, send_piece, write_bytes};
 use super::dispatch::advertised;
 use super::store;
-use super::{Shard, blobs};
+use super::{Shard, blobs, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Streamed};
 use crate::protocol::bootstrap;
@@ -44,10 +44,9 @@ fn plan(shard: &Shard, key: &str) -> Result<(Plan, Response, String), Response> 
         .map_or(stream.retained, |s| s.offset);
     let end = stream.tail();
     let ends = stream.messages.ends_in(start, end).to_vec();
-    let dir = shard.segments.dir().join("snapshots");
     let snapshot = match stream.snapshot.clone() {
         None => None,
-        Some(s) => match std::fs::File::open(blobs::path(&dir, stream.id, s.offset)) {
+        Some(s) => match snapshot::open_blob(shard, stream.id, s.offset) {
             Ok(file) => Some((s, file)),
             Err(e) => return Err(blob_unreadable(&e)),
         },
@@ -75,21 +74,16 @@ fn blob_unreadable(e: &std::io::Error) -> Response {
     .header("retry-after", "1")
 }
 
-/// The snapshot part's bytes, read before the response head goes out, so
-/// that a failed read is a 503 rather than a cut-off 200.
-/// (content type, bytes) of the first part: the snapshot, or empty.
+/// (content type, bytes) of the first part: the snapshot, or empty. Read
+/// before the response head goes out, so that a failed read is a 503
+/// rather than a cut-off 200.
 async fn first_part(plan: &mut Plan) -> Result<(String, Vec<u8>), Response> {
     let Some((snapshot, file)) = plan.snapshot.take() else {
         return Ok(("application/octet-stream".to_string(), Vec::new()));
     };
-    let read = async {
-        let file = monoio::fs::File::from_std(file)?;
-        let (result, buf) = file
-            .read_exact_at(vec![0u8; snapshot.len as usize], 0)
-            .await;
-        result.map(|()| buf)
-    };
-    let blob = read.await.map_err(|e| blob_unreadable(&e))?;
+    let blob = blobs::read_open(file, snapshot.len)
+        .await
+        .map_err(|e| blob_unreadable(&e))?;
     Ok((snapshot.content_type, blob))
 }
 

@@ -21,18 +21,15 @@ fn blob_dir(shard: &Shard) -> PathBuf {
     shard.segments.dir().join("snapshots")
 }
 
-fn blob_path(dir: &Path, stream_id: u64, offset: u64) -> PathBuf {
-    blobs::path(dir, stream_id, offset)
-}
-
+/// This shard's blob file of incarnation `stream_id` at `offset`.
 fn blob_file(shard: &Shard, stream_id: u64, offset: u64) -> PathBuf {
-    blob_path(&blob_dir(shard), stream_id, offset)
+    blobs::path(&blob_dir(shard), stream_id, offset)
 }
 
 /// This shard's blob of incarnation `stream_id` at `offset`, opened: held
 /// open, it stays that snapshot's bytes whatever publishes come next.
 pub(super) fn open_blob(shard: &Shard, stream_id: u64, offset: u64) -> std::io::Result<File> {
-    File::open(blob_path(&blob_dir(shard), stream_id, offset))
+    File::open(blob_file(shard, stream_id, offset))
 }
 
 /// Gives fork incarnation `stream_id` the blob held open in `from` as its
@@ -44,7 +41,7 @@ pub(super) fn adopt_blob<'a>(
     stream_id: u64,
     snap: &Snapshot,
 ) -> std::io::Result<PendingBlob<'a>> {
-    let path = blob_path(&blob_dir(shard), stream_id, snap.offset);
+    let path = blob_file(shard, stream_id, snap.offset);
     let pending = PendingBlob::new(shard, &path);
     blobs::adopt(from, snap.len, &path)?;
     Ok(pending)
@@ -121,8 +118,7 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
         Ok(found) => found,
         Err(reply) => return reply,
     };
-    let Ok(blob) = blobs::read(&blob_path(&blob_dir(shard), id, snap.offset), snap.len).await
-    else {
+    let Ok(blob) = blobs::read(&blob_file(shard, id, snap.offset), snap.len).await else {
         return not_found("the snapshot was superseded");
     };
     match shard.table.borrow().get_visible(key).filter(|s| s.id == id) {
@@ -169,7 +165,7 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response
 /// Writes the blob of a decided publish, then commits its SNAPSHOT record.
 async fn write_and_commit(shard: &Shard, req: &Request<'_>, id: u64, snap: Snapshot) -> Response {
     let dir = blob_dir(shard);
-    let path = blob_path(&dir, id, snap.offset);
+    let path = blobs::path(&dir, id, snap.offset);
     let _pending = PendingBlob::new(shard, &path);
     if let Err(e) = blobs::write(&dir, &path, req.body).await {
         return unavailable(&e);
@@ -237,9 +233,9 @@ pub async fn serve_retention(
         .map_or_else(|e| e.response(), |()| Response::new(204))
 }
 
-/// Removes the blob a publish replaced, unless it is visible again.
-/// Unless a publish at that offset is in flight: a publish at an older
-/// offset may be writing that file anew, to make it visible again.
+/// Removes the blob a publish replaced, unless it is visible again or a
+/// publish at its offset is in flight (a publish at an older offset may be
+/// writing that file anew, to make it visible again).
 fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapshot>, dir: &Path) {
     let Some(previous) = previous else { return };
     let current = shard
@@ -247,7 +243,7 @@ fn remove_superseded(shard: &Shard, key: &str, id: u64, previous: Option<Snapsho
         .borrow()
         .get(key)
         .and_then(|s| s.snapshot.as_ref().map(|c| c.offset));
-    let path = blob_path(dir, id, previous.offset);
+    let path = blobs::path(dir, id, previous.offset);
     if current != Some(previous.offset) && !shard.pending_blobs.borrow().contains(&path) {
         let _ = std::fs::remove_file(path);
     }
