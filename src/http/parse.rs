@@ -191,32 +191,30 @@ pub fn parse_head(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, Ht
     if !has_blank_line(window) {
         return incomplete(buf, limits);
     }
+    parse_window(window, limits)
+}
+
+/// Parses the head in `window` (at most `max_head_bytes` of the buffer).
+fn parse_window(window: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
     let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(window) {
         Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
-        Ok(httparse::Status::Partial) => incomplete(buf, limits),
-        Err(httparse::Error::Version) if later_minor_version(window).is_some() => {
-            parse_as_http11(window, limits)
-        }
-        Err(e) => Err(map_httparse_error(e, window)),
-    }
-}
-
-/// RFC 9110 §2.5: a message of a later HTTP/1.x minor version SHOULD be
-/// processed as the highest minor version the recipient conforms to, 1.1.
-/// httparse refuses any version but 1.0 and 1.1, so the head is parsed
-/// again from a copy whose version says 1.1 (only on this rare path).
-fn parse_as_http11(window: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
-    let minor = later_minor_version(window).expect("checked by the caller");
-    let mut copy = window.to_vec();
-    copy[minor] = b'1';
-    let mut headers = vec![httparse::EMPTY_HEADER; limits.max_headers];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(&copy) {
-        Ok(httparse::Status::Complete(len)) => build_head(&req, len, limits).map(Some),
         Ok(httparse::Status::Partial) => incomplete(window, limits),
-        Err(e) => Err(map_httparse_error(e, &copy)),
+        // RFC 9110 §2.5: a message of a later HTTP/1.x minor version SHOULD
+        // be processed as the highest minor version the recipient conforms
+        // to, 1.1. httparse refuses any version but 1.0 and 1.1, so the
+        // head is parsed again from a copy whose version says 1.1 (only on
+        // this rare path).
+        Err(httparse::Error::Version) => match later_minor_version(window) {
+            Some(minor) => {
+                let mut copy = window.to_vec();
+                copy[minor] = b'1';
+                parse_window(&copy, limits)
+            }
+            None => Err(map_httparse_error(httparse::Error::Version, window)),
+        },
+        Err(e) => Err(map_httparse_error(e, window)),
     }
 }
 
