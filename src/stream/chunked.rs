@@ -301,6 +301,11 @@ pub struct PackedOffsets {
     from_base: Box<[u32]>,
 }
 
+/// `value - base` when it fits 32 bits: how packed chunks store offsets.
+pub fn distance(value: u64, base: u64) -> Option<u32> {
+    u32::try_from(value.checked_sub(base)?).ok()
+}
+
 impl Pack for u64 {
     type Packed = PackedOffsets;
 
@@ -308,7 +313,7 @@ impl Pack for u64 {
         let base = *values.first()?;
         let from_base = values
             .iter()
-            .map(|&v| u32::try_from(v.checked_sub(base)?).ok())
+            .map(|&v| distance(v, base))
             .collect::<Option<Box<[u32]>>>()?;
         Some(PackedOffsets { base, from_base })
     }
@@ -322,9 +327,7 @@ impl Pack for u64 {
     }
 
     fn packed_set(packed: &mut PackedOffsets, index: usize, value: u64) -> bool {
-        let fits = value
-            .checked_sub(packed.base)
-            .and_then(|d| u32::try_from(d).ok());
+        let fits = distance(value, packed.base);
         fits.map(|d| packed.from_base[index] = d).is_some()
     }
 

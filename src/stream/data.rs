@@ -7,7 +7,7 @@
 
 use std::collections::VecDeque;
 
-use super::chunked::{Chunked, Pack};
+use super::chunked::{Chunked, Pack, distance};
 
 /// The log location of one committed append's bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +60,7 @@ impl Pack for Located {
         let segment = values.iter().map(|l| l.segment).min()?;
         let from_start = values
             .iter()
-            .map(|l| u32::try_from(l.start.checked_sub(start)?).ok())
+            .map(|l| distance(l.start, start))
             .collect::<Option<Box<[u32]>>>()?;
         let from_segment = values
             .iter()
@@ -88,10 +88,7 @@ impl Pack for Located {
     }
 
     fn packed_set(packed: &mut PackedExtents, index: usize, value: Located) -> bool {
-        let start = value
-            .start
-            .checked_sub(packed.start)
-            .and_then(|d| u32::try_from(d).ok());
+        let start = distance(value.start, packed.start);
         let segment = value
             .segment
             .checked_sub(packed.segment)
