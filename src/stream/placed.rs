@@ -11,12 +11,12 @@ pub type Location = (u64, u64);
 
 /// One piece as recovery reads it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Piece {
+pub struct Piece<'a> {
     pub start: u64,
     pub len: u64,
     pub location: Location,
     /// JSON message ends inside the piece (absolute offsets).
-    pub newlines: Vec<u64>,
+    pub newlines: &'a [u64],
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -59,22 +59,26 @@ impl Placed {
         self.newlines.extend_from_slice(newlines);
     }
 
-    /// The pieces in offset order, the last logged of each start only.
-    pub fn into_sorted(mut self) -> impl Iterator<Item = Piece> {
+    /// Puts the pieces in offset order, keeping the last logged of each
+    /// start only.
+    pub fn sort(&mut self) {
         // Stable: pieces at one start stay in log order; reversed, the
         // last logged comes first, which is the one `dedup` keeps.
         self.entries.sort_by_key(|e| e.start);
         self.entries.reverse();
         self.entries.dedup_by_key(|e| e.start);
         self.entries.reverse();
-        let newlines = self.newlines;
-        self.entries.into_iter().map(move |e| {
+    }
+
+    /// The pieces, in offset order once `sort` ran.
+    pub fn pieces(&self) -> impl Iterator<Item = Piece<'_>> {
+        self.entries.iter().map(|e| {
             let from = e.newlines_from as usize;
             Piece {
                 start: e.start,
                 len: u64::from(e.len),
                 location: (u64::from(e.segment), u64::from(e.pos)),
-                newlines: newlines[from..from + e.newline_count as usize].to_vec(),
+                newlines: &self.newlines[from..from + e.newline_count as usize],
             }
         })
     }
@@ -91,10 +95,10 @@ mod tests {
         placed.add(0, 10, (1, 0), &[]);
         placed.add(10, 5, (7, 8192), &[15]);
         placed.add(15, 1, (2, 4101), &[16]);
-        let pieces: Vec<Piece> = placed.into_sorted().collect();
-        let got: Vec<(u64, u64, Location, Vec<u64>)> = pieces
-            .into_iter()
-            .map(|p| (p.start, p.len, p.location, p.newlines))
+        placed.sort();
+        let got: Vec<(u64, u64, Location, Vec<u64>)> = placed
+            .pieces()
+            .map(|p| (p.start, p.len, p.location, p.newlines.to_vec()))
             .collect();
         assert_eq!(
             got,

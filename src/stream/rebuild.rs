@@ -374,7 +374,7 @@ fn record_producer(
 
 /// A stream from its metadata and placed pieces, which must cover
 /// `[0, tail)` without gaps.
-fn build(meta: StreamImage, pieces: Placed, now_ms: u64) -> Result<Stream, String> {
+fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, String> {
     let json = crate::protocol::content_type::is_json(&meta.content_type);
     let mut data = StreamData::default();
     let mut messages = RecordIndex::starting_at(meta.first_record, meta.retained);
@@ -382,7 +382,8 @@ fn build(meta: StreamImage, pieces: Placed, now_ms: u64) -> Result<Stream, Strin
     // reclaims it); from there on it must cover the stream without gaps.
     let mut covered = meta.retained;
     let mut located = false;
-    for piece in pieces.into_sorted() {
+    pieces.sort();
+    for piece in pieces.pieces() {
         let Piece { start, .. } = piece;
         if start >= meta.tail {
             break;
@@ -390,12 +391,11 @@ fn build(meta: StreamImage, pieces: Placed, now_ms: u64) -> Result<Stream, Strin
         if start + piece.len <= meta.retained {
             continue;
         }
-        if start > covered || (!located && start + piece.len <= covered) {
-            return Err(format!(
-                "data missing between offsets {covered} and {start}"
-            ));
-        }
-        if located && start != covered {
+        let gap = match located {
+            true => start != covered,
+            false => start > covered || start + piece.len <= covered,
+        };
+        if gap {
             return Err(format!(
                 "data missing between offsets {covered} and {start}"
             ));
