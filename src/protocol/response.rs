@@ -58,6 +58,12 @@ pub fn not_found(message: &str) -> Response {
 /// A create, or a write of new messages or larger attributes, while the
 /// shard's index budget is spent (`--max-index-bytes`): retention or
 /// deletes free room.
+/// 503 with Retry-After: storage (the disk, a blob, the log) failed in a
+/// way a retry may not meet.
+pub fn storage_unavailable(message: &str) -> Response {
+    Response::error(503, "storage_unavailable", message).header("retry-after", "1")
+}
+
 pub fn index_full() -> Response {
     Response::error(
         503,

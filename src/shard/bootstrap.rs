@@ -13,7 +13,7 @@ use super::{Shard, blobs, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Streamed};
 use crate::protocol::bootstrap;
-use crate::protocol::response::not_found;
+use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::{Request, Response};
 
 /// Bytes fetched at a time.
@@ -66,12 +66,7 @@ fn plan(shard: &Shard, key: &str) -> Result<(Plan, Response, String), Response> 
 }
 
 fn blob_unreadable(e: &std::io::Error) -> Response {
-    Response::error(
-        503,
-        "storage_unavailable",
-        &format!("reading the snapshot blob failed: {e}"),
-    )
-    .header("retry-after", "1")
+    storage_unavailable(&format!("reading the snapshot blob failed: {e}"))
 }
 
 /// (content type, bytes) of the first part: the snapshot, or empty. Read

@@ -9,7 +9,7 @@ use super::mesh::MeshMsg;
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::buckets::{self, StreamSummary};
-use crate::protocol::response::{Response, conflict, not_found};
+use crate::protocol::response::{Response, conflict, not_found, storage_unavailable};
 use crate::stream::Command;
 use crate::stream::codec::Entry;
 
@@ -186,7 +186,7 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
                 ack,
             };
             if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
-                return unavailable("the bucket could not be logged on every shard");
+                return storage_unavailable("the bucket could not be logged on every shard");
             }
             buckets::json_reply(
                 201,
@@ -235,13 +235,9 @@ async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Res
         ack,
     };
     if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
-        return unavailable("the bucket deletion could not be logged on every shard");
+        return storage_unavailable("the bucket deletion could not be logged on every shard");
     }
     Response::new(204)
-}
-
-fn unavailable(message: &str) -> Response {
-    Response::error(503, "storage_unavailable", message).header("retry-after", "1")
 }
 
 /// GET `/{bucket_id}/streams` (extensions §1.4).

@@ -17,7 +17,7 @@ use super::placement::shard_of;
 use super::store::{self, FetchError};
 use super::{Shard, buckets, mesh::MeshMsg, snapshot};
 use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
-use crate::protocol::response::not_found;
+use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::{Request, Response, offset, records};
 use crate::stream::codec::Entry;
 use crate::stream::table::incarnation_id;
@@ -44,14 +44,10 @@ pub enum Lent {
     Failed(Response),
 }
 
-fn unavailable(what: &str) -> Response {
-    Response::error(503, "storage_unavailable", what).header("retry-after", "1")
-}
-
 fn fetch_failed(error: FetchError) -> Response {
     match error {
         FetchError::Gone => not_found("the source stream was deleted while forking"),
-        FetchError::Io(e) => unavailable(&format!("reading the source failed: {e}")),
+        FetchError::Io(e) => storage_unavailable(&format!("reading the source failed: {e}")),
     }
 }
 
@@ -82,7 +78,8 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
         None => None,
         Some(Ok(file)) => Some(file),
         Some(Err(e)) => {
-            let reply = unavailable(&format!("the source's snapshot blob is unreadable: {e}"));
+            let reply =
+                storage_unavailable(&format!("the source's snapshot blob is unreadable: {e}"));
             let _ = tx.send_async(Lent::Plan(Err(reply))).await;
             return;
         }
@@ -164,12 +161,12 @@ pub async fn create(
         .mesh
         .send(owner, MeshMsg::ForkSource { key, spec, tx })
     {
-        return unavailable("the source's shard is stopping");
+        return storage_unavailable("the source's shard is stopping");
     }
     let (plan, source_blob) = match rx.recv_async().await {
         Ok(Lent::Plan(Ok(planned))) => planned,
         Ok(Lent::Plan(Err(reply)) | Lent::Failed(reply)) => return reply,
-        _ => return unavailable("the source's shard did not answer"),
+        _ => return storage_unavailable("the source's shard did not answer"),
     };
     let config = match fork::configure(&request, &plan, req.body) {
         Ok(config) => config,
@@ -198,7 +195,9 @@ pub async fn create(
     let _inherited = match (&plan.snapshot, &source_blob) {
         (Some(snap), Some(from)) => match snapshot::adopt_blob(shard, from, id, snap) {
             Ok(pending) => Some(pending),
-            Err(e) => return unavailable(&format!("inheriting the source's snapshot: {e}")),
+            Err(e) => {
+                return storage_unavailable(&format!("inheriting the source's snapshot: {e}"));
+            }
         },
         _ => None,
     };
@@ -276,7 +275,7 @@ async fn copy(
                 return Ok(prefix);
             }
             Ok(Lent::Failed(reply)) => return Err(reply),
-            _ => return Err(unavailable("the source's shard stopped lending")),
+            _ => return Err(storage_unavailable("the source's shard stopped lending")),
         };
         let len = bytes.len() as u64;
         let ends = match json {

@@ -22,7 +22,7 @@ use crate::http::render::{self, Streamed};
 use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, ReadPlan};
-use crate::protocol::response::not_found;
+use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::sse::SseCursor;
 use crate::protocol::window::Cut;
 
@@ -48,12 +48,7 @@ pub async fn serve(
 fn fetch_failed(error: FetchError) -> Response {
     match error {
         FetchError::Gone => not_found("stream not found"),
-        FetchError::Io(e) => Response::error(
-            503,
-            "storage_unavailable",
-            &format!("reading the log failed: {e}"),
-        )
-        .header("retry-after", "1"),
+        FetchError::Io(e) => storage_unavailable(&format!("reading the log failed: {e}")),
     }
 }
 

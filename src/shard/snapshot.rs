@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::{Shard, blobs};
 use crate::http::parse::{Method, RequestHead};
-use crate::protocol::response::not_found;
+use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::snapshot::{self, Publish};
 use crate::protocol::{Request, Response, records};
 use crate::stream::{Command, Snapshot, Table};
@@ -48,12 +48,7 @@ pub(super) fn adopt_blob<'a>(
 }
 
 fn unavailable(e: &std::io::Error) -> Response {
-    Response::error(
-        503,
-        "storage_unavailable",
-        &format!("snapshot storage failed: {e}"),
-    )
-    .header("retry-after", "1")
+    storage_unavailable(&format!("snapshot storage failed: {e}"))
 }
 
 /// On a record-aware stream every snapshot answer carries its record
