@@ -386,6 +386,38 @@ fn deduplicated_producer_retry_returns_its_original_range() {
 }
 
 #[test]
+fn deduplicated_retry_of_an_append_that_closed_returns_its_original_range() {
+    // §6.3 holds for the retry of the producer write that closed the stream
+    // too: it is a duplicate (204, Stream-Closed) with its own range, not
+    // the record tail.
+    let s = start();
+    for path in both("producer-close") {
+        create(&s, &path, b"[0]");
+        let closing = |s: &Server| {
+            post_with(
+                s,
+                &path,
+                &[
+                    ("Producer-Id", "c"),
+                    ("Producer-Epoch", "0"),
+                    ("Producer-Seq", "0"),
+                    ("Stream-Closed", "true"),
+                ],
+                b"[5,6]",
+            )
+        };
+        let original = closing(&s);
+        assert_eq!(acked(&original, "append and close"), (1, 3), "{path}");
+        let retry = closing(&s);
+        assert_eq!(retry.status, 204, "{path}: {}", retry.text());
+        assert_eq!(retry.header("stream-closed"), Some("true"), "{path}");
+        assert_eq!(acked(&retry, "retry of the close"), (1, 3), "{path}");
+        assert_eq!(next_offset(&retry), next_offset(&original), "{path}");
+        assert_eq!(first_next(&s, &path), (0, 3), "the retry appended nothing");
+    }
+}
+
+#[test]
 fn deduplicated_retry_of_an_older_sequence_returns_its_original_range() {
     // PROTOCOL.md §5.2.1: seq <= lastSeq is a duplicate (204); §6.3 then
     // requires that append's own original range, not the latest one.

@@ -109,19 +109,20 @@ fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<
 }
 
 /// A write to a closed stream: the retry of the write that closed it is a
-/// duplicate (204); anything else is 409 with `Stream-Closed: true`.
+/// duplicate (204) answering that write's own ranges (§6.3: "the original
+/// Stream-Record-Start and Stream-Record-Next"); anything else is 409 with
+/// `Stream-Closed: true`.
 fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
-    let tail = offset::format(stream.head_tail());
     if let Some(p) = producer {
         let closer = stream.closed_by.as_ref();
         if closer.is_some_and(|(id, epoch, seq)| *id == p.id && *epoch == p.epoch && *seq == p.seq)
         {
-            let reply = with_producer(Response::new(204), Some(p), None)
-                .header("stream-next-offset", tail)
-                .header("stream-closed", "true");
-            return no_records(stream, reply);
+            let reply =
+                with_producer(Response::new(204), Some(p), None).header("stream-closed", "true");
+            return duplicate_ack(stream, p, reply);
         }
     }
+    let tail = offset::format(stream.head_tail());
     conflict("stream_closed", "stream is closed")
         .header("stream-closed", "true")
         .header("stream-next-offset", tail)
