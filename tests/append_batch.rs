@@ -134,15 +134,36 @@ fn closed_streams_fail_every_frame_with_stream_closed() {
 }
 
 #[test]
+fn a_content_type_that_differs_is_the_whole_requests_409() {
+    // §4.1: the request Content-Type "MUST match the stream's configured
+    // content type"; a valid one that does not is the base protocol's 409
+    // (PROTOCOL.md §5.2), as on a plain append, and appends nothing.
+    let s = setup("text/plain", "typed");
+    let (status, body) = batch(
+        &s,
+        "typed",
+        &[("Content-Type", "application/json")],
+        &framed(&[b"1"]),
+    );
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["error"]["code"], "content_type_mismatch");
+    let tail = req(s.addr, "HEAD", &format!("/{BUCKET}/typed"), &[], b"");
+    assert_eq!(
+        tail.header("stream-next-offset"),
+        Some(&*format!("{:016}_{:016}", 0, 0))
+    );
+}
+
+#[test]
 fn request_level_problems_fail_the_whole_request() {
     let s = setup("text/plain", "strict");
     let ok = framed(&[b"x"]);
     let text = ("Content-Type", "text/plain");
     assert_eq!(batch(&s, "strict", &[], &ok).0, 400, "missing Content-Type");
     assert_eq!(
-        batch(&s, "strict", &[("Content-Type", "application/json")], &ok).0,
+        batch(&s, "strict", &[("Content-Type", "text")], &ok).0,
         400,
-        "mismatch"
+        "malformed Content-Type"
     );
     assert_eq!(
         batch(&s, "strict", &[text], &[0, 0, 0, 9, 1]).0,

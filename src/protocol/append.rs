@@ -36,22 +36,14 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         .header("content-type")
         .filter(|ct| !ct.trim().is_empty())
         .ok_or_else(|| bad_request("Content-Type is required on append"))?;
-    // §5.2: 409 is for a valid type that differs; a malformed one is 400.
-    if !content_type::is_valid(ct.trim()) {
-        return Err(bad_request("invalid Content-Type"));
-    }
+    check_valid_content_type(ct)?;
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
     if stream.closed {
         return Err(closed_reply(stream, producer.as_ref()));
     }
-    if !content_type::same(ct, &stream.content_type) {
-        return Err(conflict(
-            "content_type_mismatch",
-            "Content-Type does not match the stream",
-        ));
-    }
+    check_same_content_type(ct, stream)?;
     let data = canonical(stream, req.body)?;
     if let Some(p) = &producer {
         check_producer(table, stream, p)?;
@@ -97,6 +89,29 @@ fn success(producer: Option<&ProducerWrite>, tail: u64, closed: bool) -> Respons
     with_producer(Response::new(status), producer, None)
         .header("stream-next-offset", offset::format(tail))
         .header_if(closed, "stream-closed", "true")
+}
+
+/// §5.2: a malformed Content-Type on a write is 400 (409 is for a valid
+/// type that differs).
+pub(super) fn check_valid_content_type(ct: &str) -> Result<(), Response> {
+    if content_type::is_valid(ct.trim()) {
+        Ok(())
+    } else {
+        Err(bad_request("invalid Content-Type"))
+    }
+}
+
+/// §5.2: "409 Conflict when the content type is valid but does not match
+/// the stream's configured type" (append-batch too, extensions §4.1).
+pub(super) fn check_same_content_type(ct: &str, stream: &Stream) -> Result<(), Response> {
+    if content_type::same(ct, &stream.content_type) {
+        Ok(())
+    } else {
+        Err(conflict(
+            "content_type_mismatch",
+            "Content-Type does not match the stream",
+        ))
+    }
 }
 
 fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<u64>) -> Response {

@@ -1,14 +1,16 @@
 //! Append batch (extensions §4): `POST /{bucket}/{stream}/append-batch`
 //! carries uint32-big-endian length-prefixed frames, each an independent
 //! append with its own acknowledgement, answered as a JSON array in frame
-//! order. Request-level problems (framing, Content-Type, unsupported
-//! per-append headers, size) fail the whole request.
+//! order. Request-level problems (framing, a missing or malformed
+//! Content-Type, unsupported per-append headers, size) fail the whole
+//! request with 400 or 413; a valid Content-Type that differs from the
+//! stream's is the whole request's 409, as on a plain append (§5.2).
 
 use serde_json::Value;
 
-use super::append::canonical;
+use super::append::{canonical, check_same_content_type, check_valid_content_type};
 use super::response::{Response, bad_request, not_found};
-use super::{Request, content_type, headers, offset};
+use super::{Request, headers, offset};
 use crate::http::parse::Method;
 use crate::stream::{Command, Stream, Table};
 
@@ -65,6 +67,7 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
         .header("content-type")
         .filter(|ct| !ct.trim().is_empty())
         .ok_or_else(|| bad_request("Content-Type is required on append-batch"))?;
+    check_valid_content_type(ct)?;
     if req.body.len() > MAX_BODY_BYTES {
         return Err(Response::error(
             413,
@@ -78,9 +81,7 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
     if table.index_full() {
         return Err(super::response::index_full());
     }
-    if !content_type::same(ct, &stream.content_type) {
-        return Err(bad_request("Content-Type does not match the stream"));
-    }
+    check_same_content_type(ct, stream)?;
     frames(req.body)
 }
 
