@@ -3,6 +3,7 @@
 //! mesh before answering; listings are scatter-gather.
 
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use super::Shard;
 use super::mesh::MeshMsg;
@@ -21,12 +22,39 @@ pub struct Bucket {
     pub frozen: bool,
 }
 
+/// How long a request waits for a DELETE in progress to decide its bucket's
+/// fate before it gets 503.
+const SETTLE_LIMIT: Duration = Duration::from_secs(5);
+
+/// Waits while `bucket` is frozen by a DELETE in progress, which ends with
+/// the bucket deleted or thawed (not empty). A request that meets the
+/// freeze is answered as if it came after the DELETE's outcome (a create
+/// then gets 201 or 404, extensions §1.5-1.6), not with a guess. Returns at
+/// the latest after `SETTLE_LIMIT`, still frozen.
+pub async fn settle(shard: &Shard, bucket: &str) {
+    let frozen = || shard.buckets.borrow().get(bucket).is_some_and(|b| b.frozen);
+    let deadline = Instant::now() + SETTLE_LIMIT;
+    while frozen() && Instant::now() < deadline {
+        monoio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// A bucket still frozen after [`settle`]: its DELETE is stuck (the disk).
+fn still_deleting() -> Response {
+    Response::error(
+        503,
+        "bucket_deleting",
+        "the bucket is being deleted; retry shortly",
+    )
+    .header("retry-after", "1")
+}
+
 /// Whether a stream may be created in `bucket` on this shard: `Err` holds
-/// the answer when not.
+/// the answer when not. Call [`settle`] first.
 pub fn admits_create(shard: &Shard, bucket: &str) -> Result<(), Response> {
     match shard.buckets.borrow().get(bucket) {
         None => Err(not_found("bucket not found")),
-        Some(b) if b.frozen => Err(conflict("bucket_deleting", "bucket is being deleted")),
+        Some(b) if b.frozen => Err(still_deleting()),
         Some(_) => Ok(()),
     }
 }
@@ -168,6 +196,7 @@ fn registry_full(shard: &Shard) -> bool {
 
 /// PUT, GET and DELETE on `/{bucket_id}`.
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
+    settle(shard, bucket).await;
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
@@ -216,7 +245,7 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
 /// happen in one step on each shard, so no create can slip in between.
 async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Response {
     if already_frozen {
-        return conflict("bucket_deleting", "bucket is being deleted");
+        return still_deleting();
     }
     let freeze = |frozen: bool| {
         move |reply| MeshMsg::BucketFreeze {

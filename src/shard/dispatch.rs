@@ -192,10 +192,11 @@ async fn stream_request(
     keep: bool,
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
-    if let Some(bucket) = sr.bucket
-        && let Err(reply) = bucket_admits(shard, bucket, &sr)
-    {
-        return respond(shard, socket, reply, keep, is_head).await;
+    if let Some(bucket) = sr.bucket {
+        buckets::settle(shard, bucket).await;
+        if let Err(reply) = bucket_admits(shard, bucket, &sr) {
+            return respond(shard, socket, reply, keep, is_head).await;
+        }
     }
     let now_ms = shard.reap_if_expired(sr.key);
     let req = Request {

@@ -180,6 +180,11 @@ pub async fn create(
         Ok(prefix) => prefix,
         Err(reply) => return reply,
     };
+    // A DELETE of the bucket in progress decides first (the create is
+    // answered after its outcome); no await from here to the submit.
+    if let Some(b) = bucket {
+        buckets::settle(shard, b).await;
+    }
     // Another request created the stream while this one copied.
     if let Some(reply) = recreate(shard, req.key, &request) {
         return reply;
