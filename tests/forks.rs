@@ -525,3 +525,26 @@ fn forks_past_retention_inherit_the_snapshot() {
     s.restart_with(&["--cores", "1"]);
     check(&s, "after re-sharding");
 }
+
+/// A sub-offset is any integer a client sends: one whose sum with the fork
+/// point passes u64 is past the next data boundary (400), on byte and JSON
+/// sources alike, and the server goes on (it aborted the process).
+#[test]
+fn a_sub_offset_past_u64_is_an_overshoot() {
+    let s = start(&["--cores", "2"]);
+    for (ct, first, second) in [(BIN, &b"abc"[..], &b"def"[..]), (JSON, b"[1,2]", b"[3]")] {
+        for prefix in SURFACES {
+            let src = path_on(prefix, "huge-sub", 0);
+            must(&s, "PUT", &src, &[("Content-Type", ct)], first, 201);
+            // The fork point: where the second append starts.
+            let anchor = next(&must(&s, "HEAD", &src, &[], b"", 200));
+            must(&s, "POST", &src, &[("Content-Type", ct)], second, 204);
+            for sub in [u64::MAX, u64::MAX - 1].map(|n| n.to_string()) {
+                let f = path_on(prefix, "huge-sub-fork", 1);
+                let r = fork(&s, &f, &src, &[(FO, &anchor), (SUB, &sub)]);
+                expect(&r, 400, &format!("{ct} {prefix} sub {sub}"));
+            }
+        }
+    }
+    must(&s, "GET", "/v1/health", &[], b"", 200);
+}

@@ -219,10 +219,11 @@ fn sub_offset_end(stream: &Stream, anchor: u64, sub: u64) -> Result<u64, Respons
         .map(|e| e.end().min(stream.tail()))
         .filter(|_| anchor < stream.tail())
         .ok_or_else(overshoot)?;
+    // `sub` is any u64 a client sent: a sum past u64 overshoots too.
     if !stream.json {
-        return match anchor + sub <= append_end {
-            true => Ok(anchor + sub),
-            false => Err(overshoot()),
+        return match anchor.checked_add(sub) {
+            Some(end) if end <= append_end => Ok(end),
+            _ => Err(overshoot()),
         };
     }
     let first = stream.messages.ordinal_at(anchor).ok_or_else(overshoot)?;
@@ -230,9 +231,9 @@ fn sub_offset_end(stream: &Stream, anchor: u64, sub: u64) -> Result<u64, Respons
         .messages
         .ordinal_at(append_end)
         .ok_or_else(overshoot)?;
-    match first + sub <= last {
-        true => stream.messages.offset_of(first + sub).ok_or_else(overshoot),
-        false => Err(overshoot()),
+    match first.checked_add(sub) {
+        Some(target) if target <= last => stream.messages.offset_of(target).ok_or_else(overshoot),
+        _ => Err(overshoot()),
     }
 }
 
