@@ -85,7 +85,9 @@ fn assert_no_response_within(c: &mut Conn, wait: Duration) {
 
 #[test]
 fn long_poll_at_tail_is_woken_by_an_append() {
-    let s = Server::start(&[]);
+    // A timeout far beyond the waits below: a loaded machine must not turn
+    // "still waiting" into a 204.
+    let s = Server::start(&["--long-poll-timeout-ms", "10000"]);
     let path = new_path();
     create(&s, &path, TEXT, b"old");
     let tail = append(&s, &path, TEXT, b"-data");
@@ -106,7 +108,7 @@ fn long_poll_at_tail_is_woken_by_an_append() {
     assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
     assert_digits("Stream-Cursor", r.header("stream-cursor"));
     assert!(
-        woke_after < Duration::from_millis(500) && sent.elapsed() < LONG_POLL,
+        woke_after < Duration::from_secs(5) && sent.elapsed() < Duration::from_secs(10),
         "woken {woke_after:?} after the append, {:?} after the request",
         sent.elapsed()
     );
@@ -187,7 +189,7 @@ fn long_poll_on_closed_stream_at_tail_returns_at_once() {
 
 #[test]
 fn long_poll_is_woken_by_close() {
-    let s = Server::start(&[]);
+    let s = Server::start(&["--long-poll-timeout-ms", "10000"]);
     let path = new_path();
     let tail = create(&s, &path, TEXT, b"abc");
     let mut waiter = Conn::open(s.addr);
@@ -197,7 +199,10 @@ fn long_poll_is_woken_by_close() {
     let closed_at = Instant::now();
     close(&s, &path, TEXT);
     let r = waiter.read_response();
-    assert!(closed_at.elapsed() < Duration::from_millis(500));
+    assert!(
+        closed_at.elapsed() < Duration::from_secs(5),
+        "woken, not timed out"
+    );
     assert_eq!(r.status, 204, "{:?}", r.headers);
     assert!(is_true(&r, "stream-closed"), "{:?}", r.headers);
     assert_eq!(next_offset(&r), tail);

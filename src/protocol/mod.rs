@@ -22,6 +22,7 @@ pub mod response;
 pub mod router;
 pub mod snapshot;
 pub mod sse;
+pub mod whole;
 pub mod window;
 
 use crate::http::parse::{Method, RequestHead};

@@ -10,8 +10,10 @@ use super::{Action, Request, Surface, cursor, json, offset, sse};
 use crate::protocol::offset::OffsetParam;
 use crate::stream::{Stream, Table};
 
-/// Largest body a single catch-up response carries; clients page with
-/// `Stream-Next-Offset` (PROTOCOL.md §5.5 "server-defined maximum chunk size").
+/// Largest window a read fetches at once: the body of a bounded catch-up
+/// (`max_bytes`, record views) or long-poll, whose clients page with
+/// `Stream-Next-Offset` (PROTOCOL.md §5.5 "server-defined maximum chunk
+/// size"), and each piece of a whole one (`super::whole`).
 pub const MAX_READ_BYTES: u64 = 4 << 20;
 const PUBLIC_CACHE: &str = "public, max-age=60, stale-while-revalidate=300";
 
@@ -265,18 +267,26 @@ pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
 fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (Response, String) {
     let start = plan.start;
     let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
+    let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
+    let (reply, tag) = data_head(stream, plan, end);
+    (reply.with_body(body), tag)
+}
+
+/// The head of a 200 answering `[plan.start, end)`, and its ETag.
+pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> (Response, String) {
     let at_tail = end == stream.tail();
     let closed_here = at_tail && stream.is_closed();
     let tag = view_etag(stream, plan, end, closed_here);
-    let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
     let reply = Response::new(200)
         .header("content-type", body_content_type(stream, plan))
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
-        .header("etag", tag.clone())
-        .with_body(body);
-    (with_record_headers(stream, plan, reply, start, end), tag)
+        .header("etag", tag.clone());
+    (
+        with_record_headers(stream, plan, reply, plan.start, end),
+        tag,
+    )
 }
 
 /// 410 when retention moved past a record-aware read's start while its
@@ -310,6 +320,18 @@ pub fn catch_up(
         true => "no-store".to_string(),
         false => cache_control(stream, now_ms),
     };
+    validated(if_none_match, stream, reply, tag, cache)
+}
+
+/// `reply` with its Cache-Control, or the 304 that `If-None-Match`
+/// matching `tag` asks for instead.
+pub(super) fn validated(
+    if_none_match: Option<&str>,
+    stream: &Stream,
+    reply: Response,
+    tag: String,
+    cache: String,
+) -> Response {
     if if_none_match.is_some_and(|header| etag_matches(header, &tag)) {
         // RFC 9110 §15.4.5: a 304 carries the 200's Cache-Control too.
         let not_modified = Response::new(304)
@@ -330,7 +352,7 @@ fn etag_matches(header: &str, tag: &str) -> bool {
 }
 
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
-fn cache_control(stream: &Stream, now_ms: u64) -> String {
+pub(super) fn cache_control(stream: &Stream, now_ms: u64) -> String {
     let remaining = stream
         .expires_at_ms
         .map(|at| at.saturating_sub(now_ms) / 1000)

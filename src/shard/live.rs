@@ -1,4 +1,5 @@
-//! Reads held by the owning shard: catch-up (PROTOCOL.md §5.5), long-poll
+//! Reads held by the owning shard: catch-up (PROTOCOL.md §5.5; one window,
+//! or whole and streamed window by window, `protocol::whole`), long-poll
 //! (§5.6) waiting on the stream's signal up to the configured timeout, and
 //! SSE (§5.7) streaming events as chunks until the stream closes or the
 //! ~60 s cycle ends. Bytes are fetched (cache or log) before the protocol
@@ -21,9 +22,10 @@ use crate::clock;
 use crate::http::render::{self, Streamed};
 use crate::metrics::Mode;
 use crate::protocol::Response;
-use crate::protocol::read::{self, LiveMode, ReadPlan};
+use crate::protocol::read::{self, LiveMode, MAX_READ_BYTES, ReadPlan};
 use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::sse::SseCursor;
+use crate::protocol::whole;
 use crate::protocol::window::Cut;
 
 /// Serves a read the protocol accepted; returns whether the connection
@@ -37,6 +39,10 @@ pub async fn serve(
 ) -> bool {
     match plan.mode {
         LiveMode::CatchUp => {
+            if let Some(whole) = whole_end(shard, &plan) {
+                let client = (socket, streamed);
+                return catch_up_whole(shard, client, &plan, whole, (if_none_match, keep)).await;
+            }
             let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
             respond(shard, socket, reply, keep, false).await
         }
@@ -72,6 +78,72 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
         Some(stream) => read::catch_up(if_none_match, stream, plan, cut, &fetched, clock::now_ms()),
         None => not_found("stream not found"),
     }
+}
+
+/// The incarnation and end of a whole answer to `plan` (`protocol::whole`).
+fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64)> {
+    let table = shard.table.borrow();
+    let stream = table.get_visible(&plan.key)?;
+    whole::end(stream, plan).map(|end| (stream.id, end))
+}
+
+/// A catch-up answered whole (`protocol::whole`): the head, then one window
+/// at a time fetched, rendered and written, under one window's lease. A
+/// stream deleted or trimmed meanwhile ends the body unfinished (the
+/// connection closes), so the client cannot take it for the whole.
+async fn catch_up_whole(
+    shard: &Shard,
+    (socket, streamed): (&mut TcpStream, Streamed),
+    plan: &ReadPlan,
+    (id, end): (u64, u64),
+    (if_none_match, keep): (Option<String>, bool),
+) -> bool {
+    let started = {
+        let table = shard.table.borrow();
+        table
+            .get_visible(&plan.key)
+            .filter(|s| s.id == id)
+            .map(|stream| {
+                let now_ms = clock::now_ms();
+                let head = whole::head(if_none_match.as_deref(), stream, plan, end, now_ms);
+                (head, whole::Body::new(stream, plan))
+            })
+    };
+    let Some((head, mut body)) = started else {
+        return respond(shard, socket, not_found("stream not found"), keep, false).await;
+    };
+    if head.status != 200 {
+        return respond(shard, socket, head, keep, false).await;
+    }
+    let Some(_lease) = shard.lease_reply(MAX_READ_BYTES) else {
+        return respond(shard, socket, super::replies::busy(), keep, false).await;
+    };
+    let keep = keep && streamed.keeps_alive();
+    responding(shard, socket, head.status);
+    let mut out = Vec::new();
+    render::encode(&head, streamed.framing(), keep, false, &mut out);
+    if !write_bytes(socket, out).await {
+        return false;
+    }
+    let mut pos = plan.start;
+    while pos < end {
+        let to = {
+            let table = shard.table.borrow();
+            let stream = table.get_visible(&plan.key).filter(|s| s.id == id);
+            stream.and_then(|stream| body.window_end(stream, pos, end))
+        };
+        let Some(to) = to else { return false };
+        let Ok(fetched) = store::fetch(shard, &plan.key, id, pos, to).await else {
+            return false;
+        };
+        if !send_piece(socket, streamed, &body.piece(fetched)).await {
+            return false;
+        }
+        pos = to;
+    }
+    send_piece(socket, streamed, body.finish()).await
+        && write_bytes(socket, streamed.end().to_vec()).await
+        && keep
 }
 
 /// What a long-poll should do next.
