@@ -40,6 +40,8 @@ fn an_unbounded_catch_up_answers_everything_up_to_the_tail() {
         let r = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
         assert_eq!(r.status, 200, "{path}");
         assert_eq!(r.body.len(), all.len(), "{path}: every byte, one response");
+        let length = all.len().to_string();
+        assert_eq!(r.header("content-length"), Some(&*length), "{path}: sized");
         assert!(r.body == all, "{path}: the bytes in order");
         assert_eq!(r.header("stream-up-to-date"), Some("true"), "{path}");
         let tail = tail_of(&s, path);
@@ -121,6 +123,11 @@ fn a_whole_v1_json_read_is_one_array_of_every_message() {
     assert!(messages.iter().all(|m| m["v"] == big.as_str()));
     assert_eq!(r.header("stream-up-to-date"), Some("true"));
     assert_eq!(r.header("stream-next-offset"), Some(&*tail_of(&s, path)));
+    assert_eq!(
+        r.header("transfer-encoding"),
+        Some("chunked"),
+        "an array streams"
+    );
 }
 
 #[test]
@@ -142,6 +149,10 @@ fn an_http10_client_gets_the_whole_body_until_close() {
     assert!(
         !head.contains("chunked"),
         "no chunked framing for HTTP/1.0: {head}"
+    );
+    assert!(
+        head.contains(&format!("content-length: {}", all.len())),
+        "{head}"
     );
     assert!(
         raw[split..] == all,

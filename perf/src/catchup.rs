@@ -178,7 +178,7 @@ async fn read_all(
     loop {
         let sent = Instant::now();
         let url = format!("{path}?offset={offset}");
-        let r = match conn.send(Method::GET, &url, None, Bytes::new()).await {
+        let r = match conn.get_counted(&url).await {
             Ok(r) => r,
             // A dropped connection: retry the same offset on a new one.
             Err(e) if errors < MAX_ERRORS => {

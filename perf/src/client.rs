@@ -45,7 +45,8 @@ pub struct Reply {
     pub up_to_date: bool,
     pub content_type: Option<String>,
     pub body_len: usize,
-    /// The whole response body (already read; cloning is cheap).
+    /// The whole response body (already read; cloning is cheap); empty
+    /// from `Conn::get_counted`.
     pub body: Bytes,
 }
 
@@ -104,7 +105,20 @@ impl Conn {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Reply, Error> {
-        let result = self.send_inner(method, path, content_type, body).await;
+        let result = self.send_inner(method, path, content_type, body, true).await;
+        if result.is_err() {
+            self.sender = None;
+        }
+        result
+    }
+
+    /// A GET whose body is counted as it arrives and not kept (`body` is
+    /// empty): what a reader that processes a stream as it comes costs,
+    /// when one answer may carry hundreds of MiB (a whole catch-up).
+    pub async fn get_counted(&mut self, path: &str) -> Result<Reply, Error> {
+        let result = self
+            .send_inner(Method::GET, path, None, Bytes::new(), false)
+            .await;
         if result.is_err() {
             self.sender = None;
         }
@@ -117,6 +131,7 @@ impl Conn {
         path: &str,
         content_type: Option<&str>,
         body: Bytes,
+        keep_body: bool,
     ) -> Result<Reply, Error> {
         let mut request = request(&self.target, method, path);
         let sender = self.connect().await?;
@@ -137,15 +152,30 @@ impl Conn {
         let cursor = header("stream-cursor");
         let up_to_date = headers.contains_key("stream-up-to-date");
         let content_type = header("content-type");
-        let body = response.into_body().collect().await?.to_bytes();
+        let (body_len, body) = match keep_body {
+            true => {
+                let body = response.into_body().collect().await?.to_bytes();
+                (body.len(), body)
+            }
+            false => (count_body(response.into_body()).await?, Bytes::new()),
+        };
         Ok(Reply {
             status,
             next_offset,
             cursor,
             up_to_date,
             content_type,
-            body_len: body.len(),
+            body_len,
             body,
         })
     }
+}
+
+/// Reads a response body to its end, counting its bytes.
+async fn count_body(mut body: hyper::body::Incoming) -> Result<usize, Error> {
+    let mut bytes = 0;
+    while let Some(frame) = body.frame().await {
+        bytes += frame?.data_ref().map_or(0, Bytes::len);
+    }
+    Ok(bytes)
 }

@@ -50,6 +50,9 @@ pub fn reason(status: u16) -> &'static str {
 pub enum Framing {
     /// `Content-Length` (omitted where the status forbids a body).
     Length,
+    /// `Content-Length` of a body the caller writes after the head, in
+    /// pieces (a whole catch-up of bytes).
+    Sized(u64),
     /// `Transfer-Encoding: chunked`, for streamed bodies.
     Chunked,
     /// No length: the body ends when the connection closes (RFC 9112
@@ -140,7 +143,8 @@ pub fn encode(
         Framing::Length if !bodiless && !unknown_length => {
             push_header(out, "content-length", &resp.body.len().to_string())
         }
-        Framing::Length | Framing::UntilClose => {}
+        Framing::Sized(len) if !bodiless => push_header(out, "content-length", &len.to_string()),
+        Framing::Length | Framing::Sized(_) | Framing::UntilClose => {}
     }
     if !keep_alive || framing == Framing::UntilClose {
         push_header(out, "connection", "close");

@@ -82,6 +82,12 @@ impl Body {
         }
     }
 
+    /// Whether the body is the stored bytes themselves, so its length is
+    /// known before it is written (`end - start`).
+    pub fn is_bytes(&self) -> bool {
+        !self.array
+    }
+
     /// The body bytes of one fetched window.
     pub fn piece(&mut self, fetched: Vec<u8>) -> Vec<u8> {
         if !self.array {

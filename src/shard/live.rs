@@ -19,7 +19,7 @@ use super::conn::{respond, responding, send_piece, write_bytes};
 use super::signal::Signal;
 use super::store::{self, FetchError};
 use crate::clock;
-use crate::http::render::{self, Streamed};
+use crate::http::render::{self, Framing, Streamed};
 use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, MAX_READ_BYTES, ReadPlan};
@@ -88,9 +88,9 @@ fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64)> {
 }
 
 /// A catch-up answered whole (`protocol::whole`): the head, then one window
-/// at a time fetched, rendered and written, under one window's lease. A
-/// stream deleted or trimmed meanwhile ends the body unfinished (the
-/// connection closes), so the client cannot take it for the whole.
+/// at a time fetched, rendered and written, under one window's lease. Bytes
+/// go out as stored under a Content-Length; a v1 JSON array's length is
+/// known only once rendered, so it is streamed (chunked, or until close).
 async fn catch_up_whole(
     shard: &Shard,
     (socket, streamed): (&mut TcpStream, Streamed),
@@ -109,7 +109,7 @@ async fn catch_up_whole(
                 (head, whole::Body::new(stream, plan))
             })
     };
-    let Some((head, mut body)) = started else {
+    let Some((head, body)) = started else {
         return respond(shard, socket, not_found("stream not found"), keep, false).await;
     };
     if head.status != 200 {
@@ -118,13 +118,46 @@ async fn catch_up_whole(
     let Some(_lease) = shard.lease_reply(MAX_READ_BYTES) else {
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
-    let keep = keep && streamed.keeps_alive();
+    let (framing, keep) = match body.is_bytes() {
+        true => (Framing::Sized(end - plan.start), keep),
+        false => (streamed.framing(), keep && streamed.keeps_alive()),
+    };
     responding(shard, socket, head.status);
     let mut out = Vec::new();
-    render::encode(&head, streamed.framing(), keep, false, &mut out);
-    if !write_bytes(socket, out).await {
-        return false;
-    }
+    render::encode(&head, framing, keep, false, &mut out);
+    let sized = matches!(framing, Framing::Sized(_));
+    let written = write_bytes(socket, out).await
+        && write_whole_body(
+            shard,
+            socket,
+            plan,
+            (id, end),
+            body,
+            (!sized).then_some(streamed),
+        )
+        .await;
+    written && keep
+}
+
+/// The body of `catch_up_whole` from `plan.start` to `end`, framed by
+/// `streamed` unless sized; false when it could not be finished (the
+/// stream went away or was trimmed, the log failed, the client left).
+async fn write_whole_body(
+    shard: &Shard,
+    socket: &mut TcpStream,
+    plan: &ReadPlan,
+    (id, end): (u64, u64),
+    mut body: whole::Body,
+    streamed: Option<Streamed>,
+) -> bool {
+    let framed = |piece: Vec<u8>| match streamed {
+        None => piece,
+        Some(streamed) => {
+            let mut out = Vec::with_capacity(piece.len() + 16);
+            streamed.frame(&piece, &mut out);
+            out
+        }
+    };
     let mut pos = plan.start;
     while pos < end {
         let to = {
@@ -136,14 +169,17 @@ async fn catch_up_whole(
         let Ok(fetched) = store::fetch(shard, &plan.key, id, pos, to).await else {
             return false;
         };
-        if !send_piece(socket, streamed, &body.piece(fetched)).await {
+        if !write_bytes(socket, framed(body.piece(fetched))).await {
             return false;
         }
         pos = to;
     }
-    send_piece(socket, streamed, body.finish()).await
-        && write_bytes(socket, streamed.end().to_vec()).await
-        && keep
+    let Some(streamed) = streamed else {
+        return true;
+    };
+    let mut out = framed(body.finish().to_vec());
+    out.extend_from_slice(streamed.end());
+    write_bytes(socket, out).await
 }
 
 /// What a long-poll should do next.
