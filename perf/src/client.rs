@@ -105,7 +105,9 @@ impl Conn {
         content_type: Option<&str>,
         body: Bytes,
     ) -> Result<Reply, Error> {
-        let result = self.send_inner(method, path, content_type, body, true).await;
+        let result = self
+            .send_inner(method, path, content_type, body, true)
+            .await;
         if result.is_err() {
             self.sender = None;
         }
