@@ -159,3 +159,27 @@ fn an_http10_client_gets_the_whole_body_until_close() {
         "every byte until the connection closes"
     );
 }
+
+#[test]
+fn a_whole_answer_of_a_closed_stream_says_so_and_keeps_the_connection() {
+    let s = Server::start(&["--cores", "1"]);
+    let path = "/v1/stream/whole-closed";
+    assert_eq!(req(s.addr, "PUT", path, &[OCTETS], b"").status, 201);
+    let mut all = fill(&s, path, 2, 2 << 20);
+    let close = [OCTETS, ("Stream-Closed", "true")];
+    assert_eq!(req(s.addr, "POST", path, &close, b"end").status, 204);
+    all.extend_from_slice(b"end");
+    let mut c = common::Conn::open(s.addr);
+    for round in 0..2 {
+        let r = c.request("GET", &format!("{path}?offset=-1"), &[], b"");
+        assert_eq!(r.status, 200, "round {round}");
+        assert!(r.body == all, "round {round}: the whole closed stream");
+        assert_eq!(r.header("stream-closed"), Some("true"), "round {round}");
+        assert_eq!(r.header("stream-up-to-date"), Some("true"), "round {round}");
+    }
+    let head = c.request("HEAD", path, &[], b"");
+    assert_eq!(
+        head.status, 200,
+        "the connection serves on after whole answers"
+    );
+}

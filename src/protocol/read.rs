@@ -143,12 +143,18 @@ fn from_the_beginning(stream: &Stream) -> Result<u64, Response> {
 /// 410 for a position before the retained one; `Stream-Next-Offset` says
 /// where the retained data starts.
 fn gone(stream: &Stream) -> Response {
+    gone_before(stream.retained)
+}
+
+/// 410 for a position before `retained` (also when retention passed a read
+/// while it was served).
+pub fn gone_before(retained: u64) -> Response {
     Response::error(
         410,
         "offset_gone",
         "the offset is before the earliest retained offset; use /bootstrap",
     )
-    .header("stream-next-offset", offset::format(stream.retained))
+    .header("stream-next-offset", offset::format(retained))
 }
 
 /// A token must lie within the stream; on v1 JSON streams also on a message

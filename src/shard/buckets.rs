@@ -30,11 +30,13 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// the bucket deleted or thawed (not empty). A request that meets the
 /// freeze is answered as if it came after the DELETE's outcome (a create
 /// then gets 201 or 404, extensions §1.5-1.6), not with a guess. Returns at
-/// the latest after `SETTLE_LIMIT`, still frozen.
+/// the latest after `SETTLE_LIMIT` or when the shard stops, still frozen.
 pub async fn settle(shard: &Shard, bucket: &str) {
     let frozen = || shard.buckets.borrow().get(bucket).is_some_and(|b| b.frozen);
     let deadline = Instant::now() + SETTLE_LIMIT;
-    while frozen() && Instant::now() < deadline {
+    // Polled: a freeze lasts one mesh round trip (plus a logged delete),
+    // and only creates in that bucket meet it.
+    while frozen() && Instant::now() < deadline && !shard.stopping.get() {
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
 }
@@ -196,7 +198,9 @@ fn registry_full(shard: &Shard) -> bool {
 
 /// PUT, GET and DELETE on `/{bucket_id}`.
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
-    settle(shard, bucket).await;
+    if matches!(head.method, Method::Put | Method::Delete) {
+        settle(shard, bucket).await;
+    }
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),

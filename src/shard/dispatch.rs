@@ -175,14 +175,18 @@ struct StreamRequest<'a> {
 /// Extensions §1.6: stream operations need the bucket (404 without it);
 /// creating a new stream also needs it not to be mid-delete.
 fn bucket_admits(shard: &Shard, bucket: &str, sr: &StreamRequest) -> Result<(), Response> {
-    let creates = sr.head.method == Method::Put && shard.table.borrow().get(sr.key).is_none();
-    if creates {
+    if creates(shard, sr) {
         return buckets::admits_create(shard, bucket);
     }
     match shard.buckets.borrow().contains_key(bucket) {
         true => Ok(()),
         false => Err(not_found("bucket not found")),
     }
+}
+
+/// A PUT of a key this shard does not hold: a create (or fork).
+fn creates(shard: &Shard, sr: &StreamRequest) -> bool {
+    sr.head.method == Method::Put && shard.table.borrow().get(sr.key).is_none()
 }
 
 async fn stream_request(
@@ -193,7 +197,10 @@ async fn stream_request(
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
     if let Some(bucket) = sr.bucket {
-        buckets::settle(shard, bucket).await;
+        // Only a create can meet a bucket's freeze (it has no streams).
+        if creates(shard, &sr) {
+            buckets::settle(shard, bucket).await;
+        }
         if let Err(reply) = bucket_admits(shard, bucket, &sr) {
             return respond(shard, socket, reply, keep, is_head).await;
         }

@@ -47,6 +47,7 @@ pub enum Lent {
 fn fetch_failed(error: FetchError) -> Response {
     match error {
         FetchError::Gone => not_found("the source stream was deleted while forking"),
+        FetchError::Trimmed { retained } => crate::protocol::read::gone_before(retained),
         FetchError::Io(e) => storage_unavailable(&format!("reading the source failed: {e}")),
     }
 }

@@ -54,6 +54,7 @@ pub async fn serve(
 fn fetch_failed(error: FetchError) -> Response {
     match error {
         FetchError::Gone => not_found("stream not found"),
+        FetchError::Trimmed { retained } => read::gone_before(retained),
         FetchError::Io(e) => storage_unavailable(&format!("reading the log failed: {e}")),
     }
 }
@@ -165,14 +166,20 @@ async fn write_whole_body(
             let stream = table.get_visible(&plan.key).filter(|s| s.id == id);
             stream.and_then(|stream| body.window_end(stream, pos, end))
         };
-        let Some(to) = to else { return false };
-        // Short only if retention passed the window while it was read from
-        // the log: the body (sized) can no longer be finished.
-        let fetched = store::fetch(shard, &plan.key, id, pos, to).await;
-        let Some(fetched) = fetched.ok().filter(|f| f.len() as u64 == to - pos) else {
+        // A stopping shard ends the body unfinished too: the client resumes
+        // from what it got instead of holding up the shutdown.
+        let Some(to) = to.filter(|_| !shard.stopping.get()) else {
             return false;
         };
-        if !write_bytes(socket, framed(body.piece(fetched))).await {
+        let fetched = store::fetch(shard, &plan.key, id, pos, to).await;
+        let Ok(fetched) = fetched else { return false };
+        debug_assert_eq!(fetched.len() as u64, to - pos, "fetch returns the window");
+        let piece = framed(body.piece(fetched));
+        // A window past the reader's lease (one JSON message longer than a
+        // window) leases the rest while it is written.
+        let excess = (piece.len() as u64).saturating_sub(MAX_READ_BYTES);
+        let excess_lease = (excess > 0).then(|| shard.lease_reply(excess));
+        if matches!(excess_lease, Some(None)) || !write_bytes(socket, piece).await {
             return false;
         }
         pos = to;

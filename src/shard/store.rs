@@ -96,6 +96,11 @@ const MAX_MOVES: u32 = 64;
 pub enum FetchError {
     /// The stream was deleted or replaced meanwhile.
     Gone,
+    /// Retention passed the read while it was served: the bytes before
+    /// `retained` are no longer the stream's.
+    Trimmed {
+        retained: u64,
+    },
     Io(io::Error),
 }
 
@@ -122,6 +127,12 @@ pub async fn fetch(
                 .get(key)
                 .filter(|s| s.id == id)
                 .ok_or(FetchError::Gone)?;
+            // Extents before `retained` are dropped: reading on would
+            // return the bytes after them short and shifted.
+            if pos < stream.retained {
+                let retained = stream.retained;
+                return Err(FetchError::Trimmed { retained });
+            }
             let cached_from = stream.data.cache_start();
             if cached_from <= pos {
                 stream.data.copy_cached(pos, end, &mut out);
