@@ -8,7 +8,7 @@
 //! they read without `live`: they take one response as the whole stream, so
 //! a window-sized answer loses the rest without an error. A whole answer
 //! serves both, and memory stays at one window (the shard fetches, renders
-//! and writes one window at a time).
+//! and writes one window at a time, under a Content-Length known ahead).
 //!
 //! Bounded reads keep their windows: `max_bytes` (the extensions' base) and
 //! record views (extensions §6.7) ask for a page, not the stream.
@@ -82,10 +82,13 @@ impl Body {
         }
     }
 
-    /// Whether the body is the stored bytes themselves, so its length is
-    /// known before it is written (`end - start`).
-    pub fn is_bytes(&self) -> bool {
-        !self.array
+    /// The body's length, known before it is written: the stored bytes,
+    /// or (v1 JSON) the array they render as. Stored JSON is minified
+    /// messages each ending in one `\n` (`json::normalize_into`), so the
+    /// array replaces the newlines with n - 1 commas and adds two brackets.
+    pub fn len(&self, start: u64, end: u64) -> u64 {
+        debug_assert!(start < end, "a whole read has data");
+        (end - start) + u64::from(self.array)
     }
 
     /// The body bytes of one fetched window.
@@ -184,6 +187,16 @@ mod tests {
         let mut rendered = Vec::new();
         json::render_array(lines.as_bytes(), &mut rendered);
         assert_eq!(array, rendered, "the same array one window renders");
+        let (bytes, v1) = (
+            Body::new(&s, &plan(Surface::Bucket, 0)),
+            Body::new(&s, &plan(Surface::V1, 0)),
+        );
+        assert_eq!(bytes.len(0, s.tail()), body.len() as u64);
+        assert_eq!(
+            v1.len(0, s.tail()),
+            array.len() as u64,
+            "the array's length ahead"
+        );
     }
 
     #[test]

@@ -40,8 +40,7 @@ pub async fn serve(
     match plan.mode {
         LiveMode::CatchUp => {
             if let Some(whole) = whole_end(shard, &plan) {
-                let client = (socket, streamed);
-                return catch_up_whole(shard, client, &plan, whole, (if_none_match, keep)).await;
+                return catch_up_whole(shard, socket, &plan, whole, (if_none_match, keep)).await;
             }
             let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
             respond(shard, socket, reply, keep, false).await
@@ -88,13 +87,13 @@ fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64)> {
     whole::end(stream, plan).map(|end| (stream.id, end))
 }
 
-/// A catch-up answered whole (`protocol::whole`): the head, then one window
-/// at a time fetched, rendered and written, under one window's lease. Bytes
-/// go out as stored under a Content-Length; a v1 JSON array's length is
-/// known only once rendered, so it is streamed (chunked, or until close).
+/// A catch-up answered whole (`protocol::whole`): the head with the body's
+/// length, then one window at a time fetched, rendered and written, under
+/// one window's lease. A body that could not be finished, or (a broken
+/// invariant) not at its announced length, closes the connection.
 async fn catch_up_whole(
     shard: &Shard,
-    (socket, streamed): (&mut TcpStream, Streamed),
+    socket: &mut TcpStream,
     plan: &ReadPlan,
     (id, end): (u64, u64),
     (if_none_match, keep): (Option<String>, bool),
@@ -119,47 +118,29 @@ async fn catch_up_whole(
     let Some(_lease) = shard.lease_reply(MAX_READ_BYTES) else {
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
-    let (framing, keep) = match body.is_bytes() {
-        true => (Framing::Sized(end - plan.start), keep),
-        false => (streamed.framing(), keep && streamed.keeps_alive()),
-    };
     responding(shard, socket, head.status);
+    let length = body.len(plan.start, end);
     let mut out = Vec::new();
-    render::encode(&head, framing, keep, false, &mut out);
-    let sized = matches!(framing, Framing::Sized(_));
-    let written = write_bytes(socket, out).await
-        && write_whole_body(
-            shard,
-            socket,
-            plan,
-            (id, end),
-            body,
-            (!sized).then_some(streamed),
-        )
-        .await;
-    written && keep
+    render::encode(&head, Framing::Sized(length), keep, false, &mut out);
+    if !write_bytes(socket, out).await {
+        return false;
+    }
+    let written = write_whole_body(shard, socket, plan, (id, end), body).await;
+    debug_assert!(written.is_none_or(|n| n == length), "the announced length");
+    written == Some(length) && keep
 }
 
-/// The body of `catch_up_whole` from `plan.start` to `end`, framed by
-/// `streamed` unless sized; false when it could not be finished (the
-/// stream went away or was trimmed, the log failed, the client left).
+/// The body of `catch_up_whole` from `plan.start` to `end`; the bytes
+/// written, or `None` when it could not be finished (the stream went away
+/// or was trimmed, the log failed, the client left, the shard is stopping).
 async fn write_whole_body(
     shard: &Shard,
     socket: &mut TcpStream,
     plan: &ReadPlan,
     (id, end): (u64, u64),
     mut body: whole::Body,
-    streamed: Option<Streamed>,
-) -> bool {
-    let framed = |piece: Vec<u8>| match streamed {
-        None => piece,
-        Some(streamed) => {
-            let mut out = Vec::with_capacity(piece.len() + 16);
-            streamed.frame(&piece, &mut out);
-            out
-        }
-    };
-    let mut pos = plan.start;
+) -> Option<u64> {
+    let (mut pos, mut written) = (plan.start, 0);
     while pos < end {
         let to = {
             let table = shard.table.borrow();
@@ -168,28 +149,23 @@ async fn write_whole_body(
         };
         // A stopping shard ends the body unfinished too: the client resumes
         // from what it got instead of holding up the shutdown.
-        let Some(to) = to.filter(|_| !shard.stopping.get()) else {
-            return false;
-        };
-        let fetched = store::fetch(shard, &plan.key, id, pos, to).await;
-        let Ok(fetched) = fetched else { return false };
+        let to = to.filter(|_| !shard.stopping.get())?;
+        let fetched = store::fetch(shard, &plan.key, id, pos, to).await.ok()?;
         debug_assert_eq!(fetched.len() as u64, to - pos, "fetch returns the window");
-        let piece = framed(body.piece(fetched));
+        let piece = body.piece(fetched);
         // A window past the reader's lease (one JSON message longer than a
         // window) leases the rest while it is written.
         let excess = (piece.len() as u64).saturating_sub(MAX_READ_BYTES);
         let excess_lease = (excess > 0).then(|| shard.lease_reply(excess));
+        written += piece.len() as u64;
         if matches!(excess_lease, Some(None)) || !write_bytes(socket, piece).await {
-            return false;
+            return None;
         }
         pos = to;
     }
-    let Some(streamed) = streamed else {
-        return true;
-    };
-    let mut out = framed(body.finish().to_vec());
-    out.extend_from_slice(streamed.end());
-    write_bytes(socket, out).await
+    let finish = body.finish();
+    written += finish.len() as u64;
+    (finish.is_empty() || write_bytes(socket, finish.to_vec()).await).then_some(written)
 }
 
 /// What a long-poll should do next.
