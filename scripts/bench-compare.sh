@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Run the same `rill-bench` scenario (append, or fanout) against rill, the
-# Node reference server (@durable-streams/server, file-backed) and
-# rill-bench's null server, one after the other, and print a ratio table.
+# Run the same `rill-bench` scenario (append, fanout or catchup) against rill,
+# the Node reference server (@durable-streams/server, file-backed) and
+# rill-bench's null server (not for catchup, which needs a stream to read),
+# one after the other, and print a ratio table.
 #
-#   scripts/bench-compare.sh [--scenario append|fanout] [--duration S]
+#   scripts/bench-compare.sh [--scenario append|fanout|catchup] [--duration S]
 #                            [--streams N] [--payload B] [--shared-connections K]
-#                            [--subscribers S] [--rate R] [--cores N] [--out DIR]
+#                            [--subscribers S] [--rate R] [--stream-bytes N]
+#                            [--clients C] [--cores N] [--out DIR]
 #
 # Options:
-#   --scenario NAME          append (default) or fanout (one stream, a writer
-#                            at R events/s, S SSE subscribers)
+#   --scenario NAME          append (default), fanout (one stream, a writer
+#                            at R events/s, S SSE subscribers) or catchup (one
+#                            stream of N bytes, C clients read it from the start)
 #   --duration S             seconds per server (default 10)
 #   --streams N              append: streams, one connection each (default 100)
 #   --payload B              append: bytes per append (default 256)
 #   --shared-connections K   append: K connections cycling over the streams
 #   --subscribers S          fanout: SSE subscribers (default 1000)
 #   --rate R                 fanout: events per second (default 50)
+#   --stream-bytes N         catchup: bytes in the stream (default 268435456)
+#   --clients C              catchup: concurrent readers (default 1)
 #   --cores N                rill --cores (default: nproc)
 #   --out DIR                keep the JSON results and server logs here
 #                            (default: a new temp dir, printed at the end)
@@ -44,7 +49,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DURATION=10 STREAMS=100 PAYLOAD=256 SHARED="" CORES="$(nproc)" OUT=""
-SCENARIO=append SUBSCRIBERS=1000 RATE=50
+SCENARIO=append SUBSCRIBERS=1000 RATE=50 STREAM_BYTES=268435456 CLIENTS=1
 REF_VERSION=0.3.7
 REFERENCE_DIR="${REFERENCE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-bench/reference-$REF_VERSION}"
 
@@ -56,12 +61,14 @@ die() {
 while [ $# -gt 0 ]; do
   case "$1" in
   --scenario | --duration | --streams | --payload | --shared-connections | --subscribers | \
-    --rate | --cores | --out)
+    --rate | --stream-bytes | --clients | --cores | --out)
     [ $# -ge 2 ] || die "$1 needs a value"
     case "$1" in
     --scenario) SCENARIO="$2" ;;
     --subscribers) SUBSCRIBERS="$2" ;;
     --rate) RATE="$2" ;;
+    --stream-bytes) STREAM_BYTES="$2" ;;
+    --clients) CLIENTS="$2" ;;
     --duration) DURATION="$2" ;;
     --streams) STREAMS="$2" ;;
     --payload) PAYLOAD="$2" ;;
@@ -78,7 +85,7 @@ while [ $# -gt 0 ]; do
   *) die "unknown option $1 (see --help)" ;;
   esac
 done
-case "$SCENARIO" in append | fanout) ;; *) die "--scenario is append or fanout, got '$SCENARIO'" ;; esac
+case "$SCENARIO" in append | fanout | catchup) ;; *) die "--scenario is append, fanout or catchup, got '$SCENARIO'" ;; esac
 for n in "$STREAMS" "$PAYLOAD" "$CORES" "$SUBSCRIBERS" ${SHARED:+"$SHARED"}; do
   case "$n" in '' | *[!0-9]*) die "expected a positive integer, got '$n'" ;; esac
 done
@@ -179,6 +186,10 @@ bench() {
   fanout)
     "$BENCH_BIN" fanout "${common[@]}" --subscribers "$SUBSCRIBERS" --rate "$RATE" </dev/null
     ;;
+  catchup)
+    "$BENCH_BIN" catchup --url "$url" --api "$api" --label "$name" --json "$OUT/$name.json" \
+      --stream-bytes "$STREAM_BYTES" --clients "$CLIENTS" </dev/null
+    ;;
   esac
 }
 
@@ -217,15 +228,17 @@ NAMES+=(reference)
 stop_server
 
 # ---- null server ------------------------------------------------------------------------
-PORT="$(free_port)"
-start null "$BENCH_BIN" null-server --listen "127.0.0.1:$PORT"
-wait_port "$PORT" || {
-  tail -n 20 "$OUT/null.log" >&2
-  die "null server did not start"
-}
-bench null "http://127.0.0.1:$PORT" "$SERVER_PID"
-NAMES+=(null)
-stop_server
+if [ "$SCENARIO" != catchup ]; then
+  PORT="$(free_port)"
+  start null "$BENCH_BIN" null-server --listen "127.0.0.1:$PORT"
+  wait_port "$PORT" || {
+    tail -n 20 "$OUT/null.log" >&2
+    die "null server did not start"
+  }
+  bench null "http://127.0.0.1:$PORT" "$SERVER_PID"
+  NAMES+=(null)
+  stop_server
+fi
 
 # ---- peers built from crates.io, when their binaries are given ------------------------------
 if [ -n "${URSULA_BIN:-}" ]; then
@@ -314,6 +327,15 @@ if first["scenario"] == "fanout":
            for n, x in r.items()))
     print()
     ratios(["p50 latency", "p99 latency"], [p50, p99])
+    sys.exit(0)
+if first["scenario"] == "catchup":
+    print(f"\n{first['clients']} client(s) reading a {first['stream_bytes']} B stream "
+          "from the start, page after page to the tail\n")
+    table(["server", "GB/s", "requests", "errors", "client CPU"],
+          ([n, f"{x['gb_per_s']:.3f}", f"{x['requests']}", f"{x['errors']}",
+            f"{x['client_cpu_pct']:.0f} %"] for n, x in r.items()))
+    print()
+    ratios(["GB/s"], [lambda x: x["gb_per_s"]])
     sys.exit(0)
 print(f"\n{first['streams']} streams x {first['payload_bytes']} B, "
       f"{first['connections']} connections, {first['duration_s']} s each\n")
