@@ -142,6 +142,8 @@ pub enum CodecError {
     BadTag,
     /// A producer's writes not in ring order (one encoding per ring).
     BadRing,
+    /// Data placed past the end of the offset space (`start + len` > u64).
+    BadRange,
 }
 
 impl fmt::Display for CodecError {
@@ -153,6 +155,7 @@ impl fmt::Display for CodecError {
             CodecError::InvalidUtf8 => f.write_str("string is not UTF-8"),
             CodecError::BadRing => f.write_str("producer writes out of ring order"),
             CodecError::BadTag => f.write_str("option or bool tag is not 0 or 1"),
+            CodecError::BadRange => f.write_str("data ends past the offset space"),
         }
     }
 }
@@ -590,11 +593,18 @@ fn decode_create(r: &mut Reader<'_>) -> Result<Command, CodecError> {
 }
 
 fn decode_append(r: &mut Reader<'_>) -> Result<Command, CodecError> {
+    let (key, stream_id, start, data) = (r.string()?, r.u64()?, r.u64()?, r.bytes()?);
+    // Recovery places the data at `start..start + len`: a record no writer
+    // could have made must not overflow it (a damaged log with a valid
+    // checksum is refused like any other damage).
+    if start.checked_add(data.len() as u64).is_none() {
+        return Err(CodecError::BadRange);
+    }
     Ok(Command::Append {
-        key: r.string()?,
-        stream_id: r.u64()?,
-        start: r.u64()?,
-        data: r.bytes()?.to_vec(),
+        key,
+        stream_id,
+        start,
+        data: data.to_vec(),
         producer: r.producer()?,
         stream_seq: r.opt_string()?,
         close: r.bool()?,

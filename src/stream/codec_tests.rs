@@ -212,6 +212,30 @@ fn round_trip() {
 }
 
 #[test]
+fn an_append_past_the_offset_space_is_refused() {
+    let Entry::Stream(Command::Append { data, .. }) = append(false) else {
+        unreachable!()
+    };
+    let at = |start: u64| {
+        Entry::Stream(Command::Append {
+            key: "k".into(),
+            stream_id: 1,
+            start,
+            data: data.clone(),
+            producer: None,
+            stream_seq: None,
+            close: false,
+            now_ms: 0,
+        })
+    };
+    let fits = at(u64::MAX - data.len() as u64);
+    let (kind, payload) = encoded(&fits);
+    assert_eq!(decode(kind, &payload), Ok(fits));
+    let (kind, payload) = encoded(&at(u64::MAX - 1));
+    assert_eq!(decode(kind, &payload), Err(CodecError::BadRange));
+}
+
+#[test]
 fn kinds() {
     let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
     assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 12, 13, 10, 5, 6]);
