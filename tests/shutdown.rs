@@ -3,8 +3,10 @@
 //! every append acknowledged with a 2xx is there after a restart, in order;
 //! the long-poll and SSE responses open at the time end cleanly (a 204, the
 //! last chunk, then EOF, not a reset); an idle keep-alive connection does
-//! not hold the shutdown up. And `--shutdown-timeout-ms` bounds a shutdown
-//! that a stalled request holds up: exit status 1.
+//! not hold the shutdown up, nor does a reader that stopped reading (its
+//! write is dropped half the timeout after the stop). And
+//! `--shutdown-timeout-ms` bounds a shutdown that a stalled request body
+//! holds up: exit status 1.
 
 mod common;
 
@@ -194,4 +196,37 @@ fn shutdown_timeout_bounds_a_stalled_shutdown() {
     let stderr = s.stderr();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("did not stop within 500 ms"), "{stderr}");
+}
+
+/// A reader that stops reading does not hold the shutdown up: writes get
+/// half of `--shutdown-timeout-ms` after the stop, then the connection is
+/// dropped (its body is cut short either way) and the shard exits 0.
+#[test]
+fn a_reader_that_stops_reading_does_not_hold_up_the_shutdown() {
+    let mut s = Server::start(&["--cores", "1", "--shutdown-timeout-ms", "3000"]);
+    let path = "/v1/stream/never-read";
+    let octets = [("Content-Type", "application/octet-stream")];
+    let mut c = Conn::open(s.addr);
+    assert_eq!(c.request("PUT", path, &octets, b"").status, 201);
+    for _ in 0..4 {
+        assert_eq!(
+            c.request("POST", path, &octets, &[7u8; 2 << 20]).status,
+            204
+        );
+    }
+    let stalled = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    stalled.set_recv_buffer_size(4096).unwrap();
+    stalled.connect(&s.addr.into()).unwrap();
+    let mut stalled: TcpStream = stalled.into();
+    write!(stalled, "GET {path}?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let stopping = Instant::now();
+    let code = s.signal_and_wait(libc::SIGTERM, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", s.stderr());
+    assert!(
+        stopping.elapsed() < Duration::from_millis(2900),
+        "{:?}",
+        stopping.elapsed()
+    );
+    drop(stalled);
 }

@@ -16,6 +16,7 @@ use monoio::io::{AsyncReadRent, AsyncWriteRent};
 use monoio::net::TcpStream;
 
 use super::mesh::MeshMsg;
+use super::signal::Signal;
 use super::{Shard, dispatch, placement};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::parse::{
@@ -77,7 +78,7 @@ pub async fn write_bytes<B: monoio::buf::IoBuf>(socket: &mut TcpStream, bytes: B
     let mut written = 0;
     while written < buf.bytes_init() {
         let write = socket.write(buf.slice(written..));
-        let Ok((result, slice)) = monoio::time::timeout(write_stall(), write).await else {
+        let Some((result, slice)) = drained(write).await else {
             return false;
         };
         buf = slice.into_inner();
@@ -86,10 +87,7 @@ pub async fn write_bytes<B: monoio::buf::IoBuf>(socket: &mut TcpStream, bytes: B
             Ok(n) => written += n,
             Err(e) if retryable(&e) => {
                 let writable = socket.writable(false);
-                if !matches!(
-                    monoio::time::timeout(write_stall(), writable).await,
-                    Ok(Ok(()))
-                ) {
+                if !matches!(drained(writable).await, Some(Ok(()))) {
                     return false;
                 }
             }
@@ -104,14 +102,41 @@ thread_local! {
     /// stops reading must not hold its reply (and its connection) forever.
     /// Each shard sets it from `--idle-timeout-ms` as it starts.
     static WRITE_STALL: Cell<Duration> = const { Cell::new(Duration::from_secs(60)) };
+    /// The shard's stop signal and how long writes may go on after it.
+    static WRITE_STOP: RefCell<Option<(Rc<Signal>, Duration)>> = const { RefCell::new(None) };
 }
 
-pub fn set_write_stall(limit: Duration) {
-    WRITE_STALL.with(|stall| stall.set(limit));
+/// Sets this shard's write limits: `stall` without progress, and `grace`
+/// after `stop` is notified (once, when the shard begins to stop).
+pub fn set_write_limits(stall: Duration, stop: Rc<Signal>, grace: Duration) {
+    WRITE_STALL.with(|limit| limit.set(stall));
+    WRITE_STOP.with(|s| *s.borrow_mut() = Some((stop, grace)));
 }
 
 fn write_stall() -> Duration {
     WRITE_STALL.with(Cell::get)
+}
+
+/// `io` (one write, or a wait to write) unless its client takes no byte
+/// for the write stall, or the shard began to stop more than its grace
+/// ago: a reader that stopped reading must not hold up the shutdown past
+/// `--shutdown-timeout-ms` (its body is cut short either way). `None` when
+/// abandoned; the caller drops the connection.
+async fn drained<F: Future>(io: F) -> Option<F::Output> {
+    let timed = monoio::time::timeout(write_stall(), io);
+    let Some((stop, grace)) = WRITE_STOP.with(|s| s.borrow().clone()) else {
+        return timed.await.ok();
+    };
+    let stopped = async {
+        if stop.generation() == 0 {
+            stop.changed(0).await;
+        }
+        monoio::time::sleep(grace).await;
+    };
+    monoio::select! {
+        done = timed => done.ok(),
+        () = stopped => None,
+    }
 }
 
 /// Bodies at least this large go out in a vectored write with the head
@@ -155,7 +180,7 @@ pub async fn respond(
 async fn write_vectored(socket: &mut TcpStream, head: Vec<u8>, body: Vec<u8>) -> bool {
     let total = head.len() + body.len();
     let writev = socket.writev(monoio::buf::VecBuf::from(vec![head, body]));
-    let Ok((result, parts)) = monoio::time::timeout(write_stall(), writev).await else {
+    let Some((result, parts)) = drained(writev).await else {
         return false;
     };
     let mut parts: Vec<Vec<u8>> = parts.into();

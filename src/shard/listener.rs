@@ -157,6 +157,17 @@ fn launch(
     ));
     *shard.buckets.borrow_mut() = ready.buckets;
     shard.metrics.set_recovery(ready.recovery);
+    // Writes end at the latest half the shutdown timeout after a stop, so
+    // the shard's drain and final sync fit in the rest.
+    let (stall, grace) = (
+        shard.config.idle_timeout_ms,
+        shard.config.shutdown_timeout_ms / 2,
+    );
+    super::conn::set_write_limits(
+        std::time::Duration::from_millis(stall),
+        shard.stop.clone(),
+        std::time::Duration::from_millis(grace),
+    );
     let writer = monoio::spawn(writer::run(shard.clone(), ready.appender, fsync, finish));
     monoio::spawn(cleaner::run(shard.clone(), ready.storage));
     (shard, writer)

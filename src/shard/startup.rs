@@ -132,7 +132,6 @@ pub async fn start(
     table.publish_all();
     table.set_index_budget(config.max_index_bytes / config.cores as u64);
     table.set_producer_limits(config.producer_limits());
-    super::conn::set_write_stall(std::time::Duration::from_millis(config.idle_timeout_ms));
     // Recovery's scratch maps (records placed, images) are freed by now:
     // resident memory should reflect the streams kept, not replay's peak.
     return_freed_memory(true);
