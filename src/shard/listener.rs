@@ -46,6 +46,7 @@ fn wait_for_address(addr: SocketAddr) -> io::Result<()> {
         return Ok(());
     }
     let deadline = std::time::Instant::now() + ADDRESS_WAIT;
+    let mut told = false;
     loop {
         let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
         probe.set_reuse_address(true)?;
@@ -54,6 +55,12 @@ fn wait_for_address(addr: SocketAddr) -> io::Result<()> {
             Err(e)
                 if e.kind() == io::ErrorKind::AddrInUse && std::time::Instant::now() < deadline =>
             {
+                if !std::mem::replace(&mut told, true) {
+                    crate::warn!(
+                        "{addr} is in use; waiting up to {} ms for it to be released",
+                        ADDRESS_WAIT.as_millis()
+                    );
+                }
                 std::thread::sleep(std::time::Duration::from_millis(25));
             }
             Err(e) => return Err(e),
