@@ -193,6 +193,21 @@ bench() {
   esac
 }
 
+# measure NAME [API]: once the server just started on $PORT is ready, the
+# scenario against it (a row in the table), then stop it. Ready: it accepts
+# connections and, on the bucket API (a Raft node may still be electing its
+# leaders when it listens), creates a bucket and a stream.
+measure() {
+  local name="$1" api="${2:-v1}" url="http://127.0.0.1:$PORT"
+  wait_port "$PORT" && { [ "$api" = v1 ] || wait_creates "$url"; } || {
+    tail -n 20 "$OUT/$name.log" >&2
+    die "$name did not start"
+  }
+  bench "$name" "$url" "$SERVER_PID" "$api"
+  NAMES+=("$name")
+  stop_server
+}
+
 # start NAME CMD...: start a server in the background, logs in $OUT/NAME.log.
 start() {
   local name="$1"
@@ -208,36 +223,18 @@ mkdir -p "$WORK/data"
 PORT="$(free_port)"
 start rill "$RILL_BIN" serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data/rill" \
   --cores "$CORES" --fsync always
-wait_port "$PORT" || {
-  tail -n 20 "$OUT/rill.log" >&2
-  die "rill did not start"
-}
-bench rill "http://127.0.0.1:$PORT" "$SERVER_PID"
-NAMES+=(rill)
-stop_server
+measure rill
 
 # ---- reference server ----------------------------------------------------------------
 PORT="$(free_port)"
 start reference node "$REFERENCE_DIR/reference-server.mjs" "$PORT" "$WORK/data/reference"
-wait_port "$PORT" || {
-  tail -n 20 "$OUT/reference.log" >&2
-  die "reference server did not start"
-}
-bench reference "http://127.0.0.1:$PORT" "$SERVER_PID"
-NAMES+=(reference)
-stop_server
+measure reference
 
 # ---- null server ------------------------------------------------------------------------
 if [ "$SCENARIO" != catchup ]; then
   PORT="$(free_port)"
   start null "$BENCH_BIN" null-server --listen "127.0.0.1:$PORT"
-  wait_port "$PORT" || {
-    tail -n 20 "$OUT/null.log" >&2
-    die "null server did not start"
-  }
-  bench null "http://127.0.0.1:$PORT" "$SERVER_PID"
-  NAMES+=(null)
-  stop_server
+  measure null
 fi
 
 # ---- peers built from crates.io, when their binaries are given ------------------------------
@@ -261,13 +258,7 @@ path = "$WORK/data/ursula"
 fsync = "always"
 EOF
   RUST_LOG=warn start ursula "$URSULA_BIN" server --config "$WORK/ursula.toml"
-  wait_port "$PORT" && wait_creates "http://127.0.0.1:$PORT" || {
-    tail -n 20 "$OUT/ursula.log" >&2
-    die "ursula did not start"
-  }
-  bench ursula "http://127.0.0.1:$PORT" "$SERVER_PID" bucket
-  NAMES+=(ursula)
-  stop_server
+  measure ursula bucket
 fi
 if [ -n "${DSS_BIN:-}" ]; then
   PORT="$(free_port)"
@@ -275,13 +266,7 @@ if [ -n "${DSS_BIN:-}" ]; then
     DS_STORAGE__DATA_DIR="$WORK/data/dss" DS_OBSERVABILITY__RUST_LOG=warn \
     DS_LIMITS__MAX_MEMORY_BYTES=$((8 << 30)) DS_LIMITS__MAX_STREAM_BYTES=$((1 << 30)) \
     start durable-streams-server "$DSS_BIN"
-  wait_port "$PORT" || {
-    tail -n 20 "$OUT/durable-streams-server.log" >&2
-    die "durable-streams-server did not start"
-  }
-  bench durable-streams-server "http://127.0.0.1:$PORT" "$SERVER_PID"
-  NAMES+=(durable-streams-server)
-  stop_server
+  measure durable-streams-server
 fi
 
 # ---- other servers (already running) -------------------------------------------------------
