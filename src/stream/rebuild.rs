@@ -424,6 +424,12 @@ fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, S
             meta.tail
         ));
     }
+    // Reads and HEAD count records up to the tail: a log whose records
+    // disagree on where the messages end (damage that kept the checksums)
+    // is refused here rather than trusted.
+    if messages.ordinal_at(meta.tail).is_none() {
+        return Err(format!("the tail {} ends no message", meta.tail));
+    }
     let producers = meta
         .producers
         .iter()
@@ -580,5 +586,36 @@ mod tests {
         let stream = table.get("k").unwrap();
         assert_eq!(stream.tail(), 8);
         assert_eq!(stream.messages.next(), 4, "one record per line");
+    }
+
+    #[test]
+    fn a_json_fork_whose_data_ends_mid_message_is_refused() {
+        // Checksum-valid but inconsistent: the FORK's own data does not
+        // end on a line end, so no record ends at the stream's tail.
+        let fork = Command::Fork {
+            key: "k".into(),
+            content_type: "application/json".into(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            start: 0,
+            data: b"1\n2".to_vec(),
+            now_ms: 1,
+            attrs: Vec::new(),
+            origin: crate::stream::command::ForkOrigin {
+                source: "s".into(),
+                source_id: 1,
+                offset: 0,
+                sub: 0,
+            },
+            retained: 0,
+            first_record: 0,
+            snapshot: None,
+        };
+        let mut rebuild = Rebuild::default();
+        rebuild.replay(Entry::Stream(fork), Some((1, 0)));
+        let refused = rebuild.finish(u64::MAX, 2).map(|_| ()).unwrap_err();
+        assert!(refused.contains("ends no message"), "{refused}");
     }
 }
