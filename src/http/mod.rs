@@ -2,6 +2,7 @@
 //! Decides nothing about streams (DESIGN.md "Layers").
 
 pub mod chunked;
+pub mod fields;
 pub mod parse;
 pub mod render;
 pub mod target;

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::mem::MaybeUninit;
 
+use super::fields::Fields;
 use super::target::{parse_query, percent_decode, split_target};
 
 /// Size limits applied while parsing a request.
@@ -93,7 +94,7 @@ pub struct RequestHead {
     /// Decoded query pairs in order; '+' is kept literally.
     pub query: Vec<(String, String)>,
     /// Header names lower-cased, values trimmed.
-    pub headers: Vec<(String, String)>,
+    pub headers: Fields,
     pub body: BodyKind,
     pub expect_continue: bool,
     pub keep_alive: bool,
@@ -106,10 +107,7 @@ pub struct RequestHead {
 impl RequestHead {
     /// First value of the header `name_lowercase`.
     pub fn header(&self, name_lowercase: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name_lowercase)
-            .map(|(_, v)| v.as_str())
+        self.headers.first(name_lowercase)
     }
 
     /// First value of the query parameter `key`.
@@ -326,12 +324,13 @@ fn build_head(
         .path
         .ok_or(HttpError::Malformed("missing request target"))?;
     let (raw_path, query_str) = split_target(target, method)?;
-    let headers = collect_headers(req.headers)?;
+    let headers = Fields::collect(req.headers)?;
     let body = body_kind(&headers, limits)?;
     // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding must close after.
     let keep_alive = (http11 || body != BodyKind::Chunked) && keep_alive(&headers, http11);
-    let expect_continue =
-        header_values(&headers, "expect").any(|v| v.eq_ignore_ascii_case("100-continue"));
+    let expect_continue = headers
+        .values("expect")
+        .any(|v| v.eq_ignore_ascii_case("100-continue"));
     Ok(RequestHead {
         method,
         path: percent_decode(raw_path)?,
@@ -349,7 +348,7 @@ fn build_head(
 /// RFC 9112 §3.2: an HTTP/1.1 request needs exactly one Host field, and no
 /// request may carry two or an invalid one (the server answers 400).
 pub fn check_host(head: &RequestHead) -> Result<(), HttpError> {
-    let mut hosts = header_values(&head.headers, "host");
+    let mut hosts = head.headers.values("host");
     match (hosts.next(), hosts.next()) {
         (None, _) if head.http11 => Err(HttpError::Malformed("missing Host header")),
         (None, _) => Ok(()),
@@ -366,41 +365,18 @@ fn valid_host(host: &str) -> bool {
         .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b))
 }
 
-fn collect_headers(raw: &[httparse::Header<'_>]) -> Result<Vec<(String, String)>, HttpError> {
-    raw.iter()
-        .map(|h| {
-            let value = std::str::from_utf8(h.value)
-                .map_err(|_| HttpError::Malformed("header value is not valid UTF-8"))?;
-            let value = value.trim_matches([' ', '\t']);
-            Ok((h.name.to_ascii_lowercase(), value.to_owned()))
-        })
-        .collect()
-}
-
-fn header_values<'a>(
-    headers: &'a [(String, String)],
-    name: &'a str,
-) -> impl Iterator<Item = &'a str> + 'a {
-    headers
-        .iter()
-        .filter(move |(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
-
 /// Comma-separated list elements across all fields named `name`, trimmed, empties skipped.
-fn list_tokens<'a>(
-    headers: &'a [(String, String)],
-    name: &'a str,
-) -> impl Iterator<Item = &'a str> + 'a {
-    header_values(headers, name)
+fn list_tokens<'a>(headers: &'a Fields, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+    headers
+        .values(name)
         .flat_map(|v| v.split(','))
         .map(|t| t.trim_matches([' ', '\t']))
         .filter(|t| !t.is_empty())
 }
 
-fn body_kind(headers: &[(String, String)], limits: &Limits) -> Result<BodyKind, HttpError> {
-    let has_te = header_values(headers, "transfer-encoding").next().is_some();
-    let has_cl = header_values(headers, "content-length").next().is_some();
+fn body_kind(headers: &Fields, limits: &Limits) -> Result<BodyKind, HttpError> {
+    let has_te = headers.values("transfer-encoding").next().is_some();
+    let has_cl = headers.values("content-length").next().is_some();
     match (has_te, has_cl) {
         (true, true) => Err(HttpError::Malformed(
             "both Content-Length and Transfer-Encoding present",
@@ -411,7 +387,7 @@ fn body_kind(headers: &[(String, String)], limits: &Limits) -> Result<BodyKind, 
     }
 }
 
-fn transfer_encoding(headers: &[(String, String)]) -> Result<BodyKind, HttpError> {
+fn transfer_encoding(headers: &Fields) -> Result<BodyKind, HttpError> {
     let mut tokens = list_tokens(headers, "transfer-encoding");
     match (tokens.next(), tokens.next()) {
         (None, _) => Err(HttpError::Malformed("empty Transfer-Encoding")),
@@ -420,9 +396,9 @@ fn transfer_encoding(headers: &[(String, String)]) -> Result<BodyKind, HttpError
     }
 }
 
-fn content_length(headers: &[(String, String)], limits: &Limits) -> Result<BodyKind, HttpError> {
+fn content_length(headers: &Fields, limits: &Limits) -> Result<BodyKind, HttpError> {
     let mut found: Option<u64> = None;
-    for value in header_values(headers, "content-length").flat_map(|v| v.split(',')) {
+    for value in headers.values("content-length").flat_map(|v| v.split(',')) {
         let len = parse_length(value.trim_matches([' ', '\t']))?;
         if found.is_some_and(|prev| prev != len) {
             return Err(HttpError::Malformed("conflicting Content-Length values"));
@@ -444,7 +420,7 @@ fn parse_length(s: &str) -> Result<u64, HttpError> {
     s.parse::<u64>().map_err(|_| HttpError::BodyTooLarge)
 }
 
-fn keep_alive(headers: &[(String, String)], http11: bool) -> bool {
+fn keep_alive(headers: &Fields, http11: bool) -> bool {
     let has =
         |token: &str| list_tokens(headers, "connection").any(|t| t.eq_ignore_ascii_case(token));
     if has("close") {
