@@ -116,11 +116,20 @@ pub fn run_shard(
     startup: startup::Startup,
 ) {
     pin_to_cpu(index);
-    let mut runtime = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+    let built = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
         .with_entries(1024)
         .enable_timer()
-        .build()
-        .unwrap_or_else(|e| panic!("shard {index}: cannot start io_uring runtime: {e}"));
+        .build();
+    let mut runtime = match built {
+        Ok(runtime) => runtime,
+        // io_uring denied (seccomp, `kernel.io_uring_disabled`, a locked
+        // memory limit): a startup failure like a refused log, not a panic.
+        Err(e) => {
+            let message = format!("cannot start io_uring runtime: {e}");
+            let _ = startup.report.send((index, Err(message)));
+            return;
+        }
+    };
     let inbox = Rc::new(inbox);
     runtime.block_on(async {
         let Some(mut ready) = startup::start(index, &config, dir, startup).await else {
