@@ -412,23 +412,41 @@ pub fn poll_empty(
     Some(with_record_headers(stream, plan, reply, tail, tail))
 }
 
-/// A long-poll that has data: 200 with the fetched window and a cursor.
-pub fn poll_data(
+/// The body of a long-poll answer with data and where its window ends:
+/// the same for every waiter at `plan.start` with the same view, so the
+/// shard renders it once for all of them (`shard::audience`).
+pub fn poll_body(
     plan: &ReadPlan,
     stream: &Stream,
     cut: Cut,
     fetched: &[u8],
+) -> Result<(u64, Vec<u8>), Response> {
+    if let Some(gone) = overtaken(stream, plan) {
+        return Err(gone);
+    }
+    let start = plan.start;
+    let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
+    let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
+    Ok((end, body))
+}
+
+/// The head of a long-poll answer whose body ends at `end` (§5.6: its own
+/// cursor), or the 410 when retention passed a record-aware read's start.
+pub fn poll_head(
+    plan: &ReadPlan,
+    stream: &Stream,
+    end: u64,
     now_ms: u64,
     seed: u64,
-) -> Response {
+) -> Result<Response, Response> {
     if let Some(gone) = overtaken(stream, plan) {
-        return gone;
+        return Err(gone);
     }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
-    let (reply, _) = data_reply(stream, plan, cut, fetched);
-    reply
+    let (reply, _) = data_head(stream, plan, end);
+    Ok(reply
         .header("stream-cursor", cursor)
-        .header("cache-control", PUBLIC_CACHE)
+        .header("cache-control", PUBLIC_CACHE))
 }
 
 /// HEAD (§5.4): metadata, never cached, `Stream-TTL` as configured.

@@ -470,8 +470,12 @@ fn long_poll_waits_only_at_the_tail() {
     h.reply("POST", KEY, &[("content-type", "text/plain")], b"new");
     let stream = h.table.get(KEY).unwrap();
     let (start, end, cut) = read::fetch_span(stream, &plan);
-    let data = read::poll_data(&plan, stream, cut, &cached(stream, start, end), NOW, 1);
-    assert_eq!((data.status, data.body.as_slice()), (200, &b"new"[..]));
+    let fetched = cached(stream, start, end);
+    let (end, body) = read::poll_body(&plan, stream, cut, &fetched).unwrap();
+    let data = read::poll_head(&plan, stream, end, NOW, 1).unwrap();
+    assert_eq!((data.status, body.as_slice()), (200, &b"new"[..]));
+    let next = crate::protocol::offset::format(stream.tail());
+    assert_eq!(data.get_header("stream-next-offset"), Some(next.as_str()));
     assert!(
         data.get_header("stream-cursor")
             .unwrap()

@@ -1,8 +1,8 @@
 //! A stream's live readers on its owning shard (PROTOCOL.md §5.6, §5.7): the
 //! signal that wakes its long-poll and SSE responses after each commit, and
-//! the SSE step rendered last, which every response at the same position
-//! takes instead of fetching and rendering its own (one render and one
-//! buffer per event, however large the audience).
+//! the SSE step and the long-poll body rendered last, which every response
+//! at the same position takes instead of fetching and rendering its own
+//! (one render and one buffer per event, however large the audience).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -10,8 +10,12 @@ use std::rc::{Rc, Weak};
 
 use bytes::Bytes;
 
+use super::replies::ReplyLease;
 use super::signal::Signal;
+use crate::protocol::Surface;
+use crate::protocol::records::RecordView;
 use crate::protocol::sse::{SseCursor, StepKey};
+use crate::protocol::window::Cut;
 
 /// One rendered SSE step, framed as a chunk: what a response whose cursor
 /// has `key` writes, and where its cursor stands afterwards.
@@ -22,12 +26,35 @@ pub struct SharedStep {
     pub done: bool,
 }
 
+/// What a long-poll body depends on: the stream incarnation, the window
+/// fetched and where it may be cut, and how it is rendered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyKey {
+    pub id: u64,
+    pub start: u64,
+    pub fetch_end: u64,
+    pub cut: Cut,
+    pub surface: Surface,
+    pub records: Option<RecordView>,
+}
+
+/// One rendered long-poll body, with the lease on the reply bytes it holds.
+pub struct SharedBody {
+    pub key: BodyKey,
+    /// Where its window ends (`Stream-Next-Offset`).
+    pub end: u64,
+    pub body: Bytes,
+    pub lease: Option<ReplyLease>,
+}
+
 #[derive(Default)]
 pub struct Audience {
     pub signal: Rc<Signal>,
     /// Weak: the step lives while some response is still writing it (a
     /// burst), not until the next event, so an idle audience holds no chunk.
     step: RefCell<Weak<SharedStep>>,
+    /// Likewise the long-poll body rendered last.
+    body: RefCell<Weak<SharedBody>>,
 }
 
 impl Audience {
@@ -42,6 +69,19 @@ impl Audience {
         let step = Rc::new(step);
         *self.step.borrow_mut() = Rc::downgrade(&step);
         step
+    }
+
+    /// The long-poll body rendered last, when it was rendered for `key`
+    /// and some response is still writing it.
+    pub fn body(&self, key: &BodyKey) -> Option<Rc<SharedBody>> {
+        let body = self.body.borrow().upgrade()?;
+        (body.key == *key).then_some(body)
+    }
+
+    pub fn share_body(&self, body: SharedBody) -> Rc<SharedBody> {
+        let body = Rc::new(body);
+        *self.body.borrow_mut() = Rc::downgrade(&body);
+        body
     }
 }
 

@@ -174,6 +174,34 @@ pub async fn respond(
     write_vectored(socket, out, resp.body).await && keep_alive
 }
 
+/// Writes a response whose body is shared with other responses (a
+/// long-poll answer, `super::audience`): the head of its own, then the
+/// body; the body's lease is its sharer's. Returns whether the connection
+/// stays usable.
+pub async fn respond_shared(
+    shard: &Shard,
+    socket: &mut TcpStream,
+    head: Response,
+    body: &bytes::Bytes,
+    keep_alive: bool,
+) -> bool {
+    debug_assert!(head.body.is_empty(), "the body is the shared one");
+    responding(shard, socket, head.status);
+    let mut out = Vec::with_capacity(512);
+    render::encode(
+        &head,
+        Framing::Sized(body.len() as u64),
+        keep_alive,
+        false,
+        &mut out,
+    );
+    if body.len() < VECTORED_BODY_BYTES {
+        out.extend_from_slice(body);
+        return write_bytes(socket, out).await && keep_alive;
+    }
+    write_bytes(socket, out).await && write_bytes(socket, body.clone()).await && keep_alive
+}
+
 /// One writev of head and body; whatever a partial write leaves is written
 /// with plain writes. (monoio's `write_vectored_all` panics on partial
 /// writes, so the loop is ours.)

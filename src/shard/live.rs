@@ -14,9 +14,8 @@ use monoio::net::TcpStream;
 use bytes::Bytes;
 
 use super::Shard;
-use super::audience::{Audience, SharedStep};
-use super::conn::{respond, responding, send_piece, write_bytes};
-use super::signal::Signal;
+use super::audience::{Audience, BodyKey, SharedBody, SharedStep};
+use super::conn::{respond, respond_shared, responding, send_piece, write_bytes};
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing, Streamed};
@@ -193,14 +192,24 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
 async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
     let waiting = shard.metrics.subscriber(Mode::LongPoll);
     let audience = shard.waiters.join(&plan.key);
-    let reply = wait_for_reply(shard, socket, &plan, &audience.signal).await;
+    let reply = wait_for_reply(shard, socket, &plan, &audience).await;
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
     match reply {
-        Some(reply) => respond(shard, socket, reply, keep, false).await,
+        Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
+        Some(PollReply::Shared(head, body)) => {
+            respond_shared(shard, socket, head, &body.body, keep).await
+        }
         None => false,
     }
+}
+
+/// A long-poll answer: its own, or a head of its own with the body every
+/// waiter at the same position shares.
+enum PollReply {
+    Own(Response),
+    Shared(Response, Rc<SharedBody>),
 }
 
 /// The long-poll answer once data arrives or the wait times out; `None`
@@ -210,16 +219,19 @@ async fn wait_for_reply(
     shard: &Shard,
     socket: &TcpStream,
     plan: &ReadPlan,
-    signal: &Rc<Signal>,
-) -> Option<Response> {
+    audience: &Audience,
+) -> Option<PollReply> {
     let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
     let mut timed_out = false;
     let mut gone = std::pin::pin!(peer_closed(socket));
+    let signal = &audience.signal;
     loop {
         let seen = signal.generation();
         match poll_once(shard, plan, timed_out) {
-            Poll::Answer(reply) => return Some(reply),
-            Poll::Fetch(id, window) => return Some(poll_data(shard, plan, id, window).await),
+            Poll::Answer(reply) => return Some(PollReply::Own(reply)),
+            Poll::Fetch(id, window) => {
+                return Some(poll_data(shard, plan, (id, window), audience).await);
+            }
             Poll::Wait => {}
         }
         monoio::select! {
@@ -256,28 +268,72 @@ async fn peer_closed(socket: &TcpStream) {
     }
 }
 
+/// The answer with data: the body the audience shares for this position
+/// (fetched and rendered by the first waiter to get here), and a head of
+/// its own (its cursor).
 async fn poll_data(
     shard: &Shard,
     plan: &ReadPlan,
-    id: u64,
-    (start, end, cut): (u64, u64, Cut),
-) -> Response {
-    let fetched = match store::fetch(shard, &plan.key, id, start, end).await {
-        Ok(bytes) => bytes,
-        Err(e) => return fetch_failed(e),
+    (id, (start, fetch_end, cut)): (u64, (u64, u64, Cut)),
+    audience: &Audience,
+) -> PollReply {
+    let (surface, records) = (plan.surface, plan.records);
+    let key = BodyKey {
+        id,
+        start,
+        fetch_end,
+        cut,
+        surface,
+        records,
+    };
+    let body = match audience.body(&key) {
+        Some(body) => body,
+        None => match render_poll_body(shard, plan, key).await {
+            Ok(body) => audience.share_body(body),
+            Err(reply) => return PollReply::Own(reply),
+        },
     };
     let table = shard.table.borrow();
-    match table.get_visible(&plan.key).filter(|s| s.id == id) {
-        Some(stream) => read::poll_data(
-            plan,
-            stream,
-            cut,
-            &fetched,
-            clock::now_ms(),
-            shard.next_random(),
-        ),
-        None => not_found("stream not found"),
+    let Some(stream) = table.get_visible(&plan.key).filter(|s| s.id == id) else {
+        return PollReply::Own(not_found("stream not found"));
+    };
+    let now_ms = clock::now_ms();
+    match read::poll_head(plan, stream, body.end, now_ms, shard.next_random()) {
+        Ok(head) => PollReply::Shared(head, body),
+        Err(reply) => PollReply::Own(reply),
     }
+}
+
+/// Fetches and renders the body of `key`, leasing its bytes when large.
+async fn render_poll_body(
+    shard: &Shard,
+    plan: &ReadPlan,
+    key: BodyKey,
+) -> Result<SharedBody, Response> {
+    let fetched = store::fetch(shard, &plan.key, key.id, key.start, key.fetch_end)
+        .await
+        .map_err(fetch_failed)?;
+    let table = shard.table.borrow();
+    let stream = table
+        .get_visible(&plan.key)
+        .filter(|s| s.id == key.id)
+        .ok_or_else(|| not_found("stream not found"))?;
+    let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
+    let lease = match body.len() >= super::replies::COUNTED_BYTES {
+        true => Some(
+            shard
+                .lease_reply(body.len() as u64)
+                .ok_or_else(super::replies::busy)?,
+        ),
+        false => None,
+    };
+    let body = Bytes::from(body);
+    Ok(SharedBody {
+        key,
+        end,
+        body,
+        lease,
+    })
 }
 
 async fn sse(

@@ -61,7 +61,7 @@ pub struct Shard {
     /// This shard's counters, gauges and histograms (`/v1/metrics`).
     pub metrics: crate::metrics::Metrics,
     /// Reply bytes held for clients still to read them (`replies.rs`).
-    pub replies: replies::ReplyBudget,
+    pub replies: Rc<replies::ReplyBudget>,
     jitter: Cell<u64>,
 }
 
@@ -88,7 +88,7 @@ impl Shard {
             head_segment: Cell::new(0),
             pending_blobs: RefCell::new(HashSet::new()),
             metrics: crate::metrics::Metrics::default(),
-            replies: replies::ReplyBudget::default(),
+            replies: Rc::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -98,7 +98,7 @@ impl Shard {
     }
 
     /// A lease on `bytes` of this shard's share of `--max-reply-bytes`.
-    pub fn lease_reply(&self, bytes: u64) -> Option<replies::ReplyLease<'_>> {
+    pub fn lease_reply(&self, bytes: u64) -> Option<replies::ReplyLease> {
         let limit = self.config.max_reply_bytes / self.config.cores as u64;
         self.replies.lease(bytes, limit)
     }

@@ -7,6 +7,7 @@
 //! `conn::write_bytes`).
 
 use std::cell::Cell;
+use std::rc::Rc;
 
 use crate::protocol::Response;
 
@@ -19,29 +20,30 @@ pub struct ReplyBudget {
     held: Cell<u64>,
 }
 
-/// Bytes of one reply held until it is written (or its client is gone).
-pub struct ReplyLease<'a> {
-    budget: &'a ReplyBudget,
+/// Bytes of one reply held until it is written (or its client is gone);
+/// owned, so that a body shared by several responses can carry it.
+pub struct ReplyLease {
+    budget: Rc<ReplyBudget>,
     bytes: u64,
 }
 
 impl ReplyBudget {
     /// A lease on `bytes`, unless that would take the held bytes past
     /// `limit` (a reply larger than the whole limit still goes out alone).
-    pub fn lease(&self, bytes: u64, limit: u64) -> Option<ReplyLease<'_>> {
+    pub fn lease(self: &Rc<Self>, bytes: u64, limit: u64) -> Option<ReplyLease> {
         let held = self.held.get();
         if held > 0 && held + bytes > limit {
             return None;
         }
         self.held.set(held + bytes);
         Some(ReplyLease {
-            budget: self,
+            budget: self.clone(),
             bytes,
         })
     }
 }
 
-impl Drop for ReplyLease<'_> {
+impl Drop for ReplyLease {
     fn drop(&mut self) {
         let held = self.budget.held.get();
         debug_assert!(held >= self.bytes, "reply budget underflow");
@@ -65,7 +67,7 @@ mod tests {
 
     #[test]
     fn leases_stop_at_the_limit_and_come_back_when_dropped() {
-        let budget = ReplyBudget::default();
+        let budget = Rc::new(ReplyBudget::default());
         let big = budget.lease(100, 60).expect("alone it goes out");
         assert!(budget.lease(1, 60).is_none(), "past the limit");
         drop(big);
