@@ -375,3 +375,60 @@ fn reads_racing_the_cleaner_follow_moved_data() {
         }
     });
 }
+
+/// A victim holding more than a megabyte of live appends is copied in
+/// parts, each committed before the next: writes to the same stream that
+/// land between the parts, and a close after them, must all survive the
+/// copies and a SIGKILL (the stream's IMAGE is taken as its part goes, so
+/// it can never roll a logged write back on recovery).
+#[test]
+fn writes_between_the_cleaners_parts_survive_a_restart() {
+    let mut s = Server::start(&[
+        "--cores",
+        "1",
+        "--segment-bytes",
+        "8388608",
+        "--max-body-bytes",
+        "65536",
+        "--clean-interval-ms",
+        "50",
+    ]);
+    let octets = [("Content-Type", "application/octet-stream")];
+    let path = "/v1/stream/keep";
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let mut conn = Conn::open(s.addr);
+    let mut keep = Vec::new();
+    let append = |conn: &mut Conn, keep: &mut Vec<u8>, body: Vec<u8>| {
+        let r = conn.request("POST", path, &octets, &body);
+        assert_eq!(r.status, 204, "{}", r.text());
+        keep.extend_from_slice(&body);
+    };
+    // About 3 MiB of `keep` between 8 MiB of junk a round: each segment is
+    // mostly junk, and its live part copies in several parts.
+    for round in 0..3u8 {
+        let junk = format!("/v1/stream/junk-{round}");
+        assert_eq!(req(s.addr, "PUT", &junk, &octets, b"").status, 201);
+        for i in 0..150u32 {
+            let body: Vec<u8> = (0..20_000u32).map(|j| (j ^ i) as u8 ^ round).collect();
+            append(&mut conn, &mut keep, body);
+            let r = conn.request("POST", &junk, &octets, &vec![round; 60_000]);
+            assert_eq!(r.status, 204);
+        }
+    }
+    let before = log_bytes(&s.data_dir);
+    for round in 0..3 {
+        let junk = format!("/v1/stream/junk-{round}");
+        assert_eq!(req(s.addr, "DELETE", &junk, &[], b"").status, 204);
+    }
+    // Small appends go on while the cleaner copies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut i = 0u32;
+    while log_bytes(&s.data_dir) + 2 * 8388608 > before {
+        append(&mut conn, &mut keep, i.to_be_bytes().to_vec());
+        i += 1;
+        assert!(Instant::now() < deadline, "the cleaner reclaimed nothing");
+    }
+    s.kill();
+    s.restart();
+    assert!(read_all(&s, path) == keep, "live data changed");
+}

@@ -38,6 +38,7 @@ use crate::log::storage::{DirectStorage, Storage};
 use crate::metrics::Counter;
 use crate::stream::Command;
 use crate::stream::codec::{self, Entry};
+use crate::stream::data::Extent;
 use crate::stream::rebuild::{image_of, ring_budget};
 
 /// A sealed segment is cleaned once less than this share of it is live.
@@ -191,12 +192,19 @@ struct Contents {
     used: usize,
 }
 
-fn contents(data: &[u8]) -> Contents {
+/// What the victim's records name; yields every `SCAN_CHUNK_BYTES`.
+async fn contents(data: &[u8]) -> Contents {
     let mut found = Contents::default();
     let mut pos = 0;
+    let mut scanned = 0;
     while let Decoded::Record { record, framed_len } = format::decode(&data[pos..]) {
         pos += framed_len;
         found.used = pos;
+        scanned += framed_len;
+        if scanned >= SCAN_CHUNK_BYTES {
+            scanned = 0;
+            monoio::time::sleep(Duration::ZERO).await;
+        }
         let Ok(entry) = codec::decode(record.kind, record.payload) else {
             continue;
         };
@@ -222,80 +230,176 @@ fn contents(data: &[u8]) -> Contents {
     found
 }
 
-/// The copies that make `victim` unnecessary.
-fn copies(
+/// A live stream's data in the victim: its extents there, copied as
+/// RELOCATE records a part at a time, then its IMAGE.
+struct Moving {
+    key: String,
+    stream_id: u64,
+    extents: Vec<Extent>,
+}
+
+/// What makes `victim` unnecessary: the data of the live streams with a
+/// record in it (their IMAGEs follow it), and its delete and bucket
+/// records (taken again as they go, `current`).
+fn plan(
     shard: &Shard,
     victim: u64,
-    data: &[u8],
     found: &Contents,
     older_exists: bool,
-) -> Vec<(Entry, Effect)> {
+) -> (Vec<Moving>, Vec<Entry>) {
     let table = shard.table.borrow();
-    let mut out = Vec::new();
-    for key in &found.keys {
-        let Some(stream) = table.get(key) else {
-            continue;
-        };
-        for extent in stream.data.extents_in_segment(victim) {
-            let bytes = data[extent.pos as usize..(extent.pos + extent.len) as usize].to_vec();
-            let entry = Entry::Relocate {
+    let moving = found
+        .keys
+        .iter()
+        .filter_map(|key| {
+            let stream = table.get(key)?;
+            Some(Moving {
                 key: key.clone(),
                 stream_id: stream.id,
-                start: extent.start,
-                data: bytes,
-            };
-            let effect = Effect::Relocate {
+                extents: stream.data.extents_in_segment(victim).collect(),
+            })
+        })
+        .collect();
+    drop(table);
+    let tombstones = found
+        .deletes
+        .iter()
+        .filter(|_| older_exists)
+        .map(|(key, id)| {
+            Entry::Stream(Command::Delete {
                 key: key.clone(),
-                stream_id: stream.id,
-                start: extent.start,
-            };
-            out.push((entry, effect));
-        }
-        out.push((
-            Entry::Image(Box::new(image_of(
-                key,
-                stream,
-                ring_budget(shard.config.segment_bytes),
-            ))),
-            Effect::Nothing,
-        ));
-    }
-    if older_exists {
+                stream_id: *id,
+            })
+        });
+    let bucket_creates = found
+        .bucket_creates
+        .iter()
+        .map(|bucket| Entry::BucketCreate {
+            bucket: bucket.clone(),
+            created_at_ms: 0,
+        });
+    let bucket_deletes = found.bucket_deletes.iter().filter(|_| older_exists);
+    let bucket_deletes = bucket_deletes.map(|bucket| Entry::BucketDelete {
+        bucket: bucket.clone(),
+    });
+    let records = tombstones.chain(bucket_creates).chain(bucket_deletes);
+    (moving, records.collect())
+}
+
+/// The IMAGE of the stream `key` as it is now, if it is still `stream_id`.
+fn image_entry(shard: &Shard, key: &str, stream_id: u64) -> Option<Entry> {
+    let table = shard.table.borrow();
+    let stream = table.get(key).filter(|s| s.id == stream_id)?;
+    let budget = ring_budget(shard.config.segment_bytes);
+    Some(Entry::Image(Box::new(image_of(key, stream, budget))))
+}
+
+/// `entry` as the shard's state now has it, or `None` when that state no
+/// longer needs it. The copies are committed a part at a time, so what
+/// rests on state (images, tombstones, bucket records) is taken right
+/// before it is submitted: an IMAGE older than a write logged before it
+/// would undo that write on recovery.
+fn current(shard: &Shard, entry: Entry) -> Option<Entry> {
+    let registry = shard.buckets.borrow();
+    match entry {
+        Entry::Image(image) => image_entry(shard, &image.key, image.stream_id),
         // A tombstone of an incarnation that is live again (a re-sharding
         // moved it away, its drop was logged here, and moved it back) is
         // superseded: copied to the head it would delete the stream.
-        let live = |key: &String, id: u64| table.get(key).is_some_and(|s| s.id == id);
-        for (key, stream_id) in found.deletes.iter().filter(|(k, id)| !live(k, *id)) {
-            let tombstone = Command::Delete {
-                key: key.clone(),
-                stream_id: *stream_id,
-            };
-            out.push((Entry::Stream(tombstone), Effect::Nothing));
+        Entry::Stream(Command::Delete { key, stream_id }) => {
+            let live = shard
+                .table
+                .borrow()
+                .get(&key)
+                .is_some_and(|s| s.id == stream_id);
+            (!live).then_some(Entry::Stream(Command::Delete { key, stream_id }))
+        }
+        Entry::BucketCreate { bucket, .. } => {
+            let created_at_ms = registry.get(&bucket)?.created_at_ms;
+            Some(Entry::BucketCreate {
+                bucket,
+                created_at_ms,
+            })
+        }
+        Entry::BucketDelete { bucket } => {
+            (!registry.contains_key(&bucket)).then_some(Entry::BucketDelete { bucket })
+        }
+        other => Some(other),
+    }
+}
+
+/// Framed bytes the copies of `moving` and `records` would take.
+fn copied_bytes(shard: &Shard, moving: &[Moving], records: &[Entry]) -> usize {
+    let mut scratch = Vec::new();
+    let mut framed = |entry: &Entry| {
+        scratch.clear();
+        codec::encode(entry, &mut scratch);
+        scratch.len()
+    };
+    let mut total = 0;
+    for m in moving {
+        // A RELOCATE is its key and offsets, then its data (fixed widths).
+        let empty = Entry::Relocate {
+            key: m.key.clone(),
+            stream_id: m.stream_id,
+            start: 0,
+            data: Vec::new(),
+        };
+        let base = framed(&empty);
+        let data: usize = m
+            .extents
+            .iter()
+            .map(|e| format::framed_len(base + e.len as usize))
+            .sum();
+        let image =
+            image_entry(shard, &m.key, m.stream_id).map_or(0, |i| format::framed_len(framed(&i)));
+        total += data + image;
+    }
+    let records = records.iter().filter_map(|e| current(shard, e.clone()));
+    total
+        + records
+            .map(|e| format::framed_len(framed(&e)))
+            .sum::<usize>()
+}
+
+/// Copies `m`'s data out of the segment bytes `data`, parts of about
+/// `COPY_PART_BYTES` each committed before the next, then its IMAGE.
+async fn copy_stream(shard: &Shard, data: &[u8], m: &Moving) -> std::io::Result<()> {
+    let mut part = Vec::new();
+    let mut bytes = 0;
+    for (i, extent) in m.extents.iter().enumerate() {
+        let piece = data[extent.pos as usize..(extent.pos + extent.len) as usize].to_vec();
+        bytes += piece.len();
+        let entry = Entry::Relocate {
+            key: m.key.clone(),
+            stream_id: m.stream_id,
+            start: extent.start,
+            data: piece,
+        };
+        let effect = Effect::Relocate {
+            key: m.key.clone(),
+            stream_id: m.stream_id,
+            start: extent.start,
+        };
+        part.push((entry, effect));
+        if bytes >= COPY_PART_BYTES || i + 1 == m.extents.len() {
+            commit_part(shard, std::mem::take(&mut part)).await?;
+            bytes = 0;
         }
     }
-    let registry = shard.buckets.borrow();
-    for bucket in &found.bucket_creates {
-        if let Some(state) = registry.get(bucket) {
-            let entry = Entry::BucketCreate {
-                bucket: bucket.clone(),
-                created_at_ms: state.created_at_ms,
-            };
-            out.push((entry, Effect::Nothing));
-        }
+    let image = image_entry(shard, &m.key, m.stream_id).map(|e| (e, Effect::Nothing));
+    commit_part(shard, image.into_iter().collect()).await
+}
+
+/// Submits `part` (when not empty) and waits until it is committed.
+async fn commit_part(shard: &Shard, part: Vec<(Entry, Effect)>) -> std::io::Result<()> {
+    if part.is_empty() {
+        return Ok(());
     }
-    for bucket in found
-        .bucket_deletes
-        .iter()
-        .filter(|b| older_exists && !registry.contains_key(*b))
-    {
-        out.push((
-            Entry::BucketDelete {
-                bucket: bucket.clone(),
-            },
-            Effect::Nothing,
-        ));
+    if let Some(ticket) = shard.submit_entries(part) {
+        ticket.await.map_err(|e| std::io::Error::other(e.message))?;
     }
-    out
+    Ok(())
 }
 
 /// Whether copying `entries` out of a segment holding `used` bytes of
@@ -303,19 +407,20 @@ fn copies(
 /// behind. Victims are chosen by live stream bytes alone; a segment full of
 /// images, tombstones and bucket records would otherwise be copied to the
 /// head again and again, each copy cleaned in turn, without end.
-fn worth_copying(entries: &[(Entry, Effect)], used: usize) -> bool {
-    let mut scratch = Vec::new();
-    let copied: usize = entries
-        .iter()
-        .map(|(entry, _)| {
-            scratch.clear();
-            codec::encode(entry, &mut scratch);
-            format::framed_len(scratch.len())
-        })
-        .sum();
+fn worth_copying(copied: usize, used: usize) -> bool {
     // A segment whose copies are nothing (empty, or all dead) always goes.
     copied == 0 || (copied as f64) < used as f64 * (1.0 - LIVE_SHARE_LIMIT)
 }
+
+/// Data bytes of RELOCATE records submitted together: the writer encodes
+/// a submission in one go, and a victim of many small live appends (a
+/// RELOCATE each, built at once) stalled the shard ~300 ms. Each part is
+/// committed before the next is built.
+const COPY_PART_BYTES: usize = 1 << 20;
+
+/// Bytes of the victim scanned between two yields to the shard's other
+/// tasks.
+const SCAN_CHUNK_BYTES: usize = 4 << 20;
 
 /// How often the cleaner's pass also returns freed memory to the kernel.
 const COLLECT_EVERY: Duration = Duration::from_secs(10);
@@ -329,15 +434,17 @@ enum Cleaned {
 
 async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<Cleaned> {
     let data = read_segment(storage, victim, shard.config.segment_bytes).await?;
-    let found = contents(&data);
+    let found = contents(&data).await;
     let older_exists = storage.list()?.iter().any(|&s| s < victim);
-    let entries = copies(shard, victim, &data, &found, older_exists);
-    if !worth_copying(&entries, found.used) {
+    let (moving, records) = plan(shard, victim, &found, older_exists);
+    if !worth_copying(copied_bytes(shard, &moving, &records), found.used) {
         return Ok(Cleaned::NotWorthIt);
     }
-    if let Some(ticket) = shard.submit_entries(entries) {
-        ticket.await.map_err(|e| std::io::Error::other(e.message))?;
+    for m in &moving {
+        copy_stream(shard, &data, m).await?;
     }
+    let records = records.into_iter().filter_map(|e| current(shard, e));
+    commit_part(shard, records.map(|e| (e, Effect::Nothing)).collect()).await?;
     let still_used = shard
         .table
         .borrow()
@@ -371,16 +478,19 @@ mod tests {
 
     #[test]
     fn a_victim_must_free_half_of_itself_unless_nothing_is_copied() {
-        assert!(worth_copying(&[], 0), "an empty segment goes");
-        assert!(worth_copying(&[], 4096), "an all-dead segment goes");
+        assert!(worth_copying(0, 0), "an empty segment goes");
+        assert!(worth_copying(0, 4096), "an all-dead segment goes");
         let one = bucket_creates(1);
         let mut scratch = Vec::new();
         codec::encode(&one[0].0, &mut scratch);
         let framed = format::framed_len(scratch.len());
-        assert!(worth_copying(&one, 2 * framed + 8));
-        assert!(!worth_copying(&one, 2 * framed), "copies as large as half");
+        assert!(worth_copying(framed, 2 * framed + 8));
         assert!(
-            !worth_copying(&bucket_creates(10), 10 * framed),
+            !worth_copying(framed, 2 * framed),
+            "copies as large as half"
+        );
+        assert!(
+            !worth_copying(10 * framed, 10 * framed),
             "copies as large as it"
         );
     }
