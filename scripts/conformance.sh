@@ -89,7 +89,7 @@ if [ -n "${RILL_BIN:-}" ]; then
 else
   echo "==> cargo build --release"
   (cd "$ROOT" && cargo build --release </dev/null) || die "cargo build --release failed"
-  BIN="$ROOT/target/release/rill"
+  BIN="${CARGO_TARGET_DIR:-$ROOT/target}/release/rill"
 fi
 [ -x "$BIN" ] || die "server binary not found or not executable: $BIN"
 

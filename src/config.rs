@@ -13,7 +13,9 @@ pub const MAX_SEGMENT_BYTES: u64 = 1 << 32;
 /// When an acknowledged write is on disk (issue 3 "Group commit").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FsyncPolicy {
-    /// Every acknowledgement follows the fdatasync that covers it.
+    /// Every acknowledgement follows the durable write that covers it
+    /// (segments are opened `O_DSYNC`: the write completes once its data
+    /// is on stable storage, no separate fdatasync).
     Always,
     /// Acknowledge once written; sync at least every MS milliseconds. A
     /// crash may lose the writes of the last MS milliseconds.
@@ -150,9 +152,10 @@ OPTIONS:
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
                                 whole within it and a stalled body gets 408 [default: 60000]
-    --fsync POLICY              always: acknowledge after fdatasync; interval:MS: acknowledge
-                                after the write and sync every MS (may lose MS of writes on a
-                                crash) [default: always]
+    --fsync POLICY              always: acknowledge once the write is durable (O_DSYNC
+                                segments); interval:MS: acknowledge after the write and
+                                fdatasync every MS (may lose MS of writes on a crash)
+                                [default: always]
     --segment-bytes N           log segment size, a multiple of 4096, at least
                                 --max-body-bytes + 64 KiB, at most 4 GiB [default: 67108864]
     --cache-bytes N             stream bytes cached in memory over all shards; older data is

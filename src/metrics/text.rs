@@ -55,7 +55,7 @@ pub fn render(shards: &[Snapshot], process: &Process) -> String {
         }
     }
     subscribers(&mut out, &shards);
-    let sync = "Duration of log data syncs (fdatasync through io_uring).";
+    let sync = "Duration of log data syncs (fdatasync through io_uring; --fsync interval:MS and shutdown only, an O_DSYNC write needs none).";
     histogram(&mut out, "rill_fdatasync_seconds", sync, &shards, |s| {
         &s.fdatasync
     });
