@@ -112,7 +112,7 @@ impl Counter {
             ),
             Counter::GroupCommits => (
                 "rill_group_commits_total",
-                "Batches written to the log (one write, one data sync).",
+                "Batches written to the log (one write, durable when it completes under --fsync always).",
             ),
             Counter::CommitFailures => (
                 "rill_commit_failures_total",

@@ -55,11 +55,11 @@ pub fn render(shards: &[Snapshot], process: &Process) -> String {
         }
     }
     subscribers(&mut out, &shards);
-    let sync = "Duration of log data syncs (fdatasync through io_uring; --fsync interval:MS and shutdown only, an O_DSYNC write needs none).";
+    let sync = "Duration of log data syncs (fdatasync through io_uring): those of --fsync interval:MS and after zeroing a failed write; an O_DSYNC write needs none.";
     histogram(&mut out, "rill_fdatasync_seconds", sync, &shards, |s| {
         &s.fdatasync
     });
-    let batch = "Records per group commit (one log write and sync).";
+    let batch = "Records per group commit (one log write).";
     let commit = "Time from a write's decision to its commit (queueing, write, sync): the floor of a durable write's latency.";
     histogram(&mut out, "rill_commit_seconds", commit, &shards, |s| {
         &s.commit_seconds
