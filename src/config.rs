@@ -144,7 +144,8 @@ OPTIONS:
                                 for `-`, e.g. long_poll_timeout_ms = 1500); flags override it
     --listen ADDR               address to listen on [default: 127.0.0.1:4437]
     --data-dir DIR              data directory [default: ./data]
-    --cores N                   shards (pinned threads), one per core [default: all cores]
+    --cores N                   shards (pinned threads), one per core [default: the CPUs rill may
+                                run on, within its cgroup CPU quota]
     --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413 [default: 33554432]
