@@ -11,26 +11,8 @@ mod records_helpers;
 use std::thread;
 use std::time::Duration;
 
-use common::{Conn, ReadError, Server, req};
+use common::{Conn, Server, req};
 use records_helpers::*;
-
-/// Sends a GET on a fresh connection and checks it is still waiting.
-fn waiting_get(s: &Server, path_and_query: &str) -> Conn {
-    let mut c = Conn::open(s.addr);
-    let request = c.build_request("GET", path_and_query, &[], b"");
-    c.send_raw(&request);
-    c.stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    match c.try_read_head() {
-        Err(ReadError::Timeout) => {}
-        other => panic!("{path_and_query} should wait for data, got {other:?}"),
-    }
-    c.stream
-        .set_read_timeout(Some(common::READ_TIMEOUT))
-        .unwrap();
-    c
-}
 
 #[test]
 fn waiters_at_one_position_share_one_body_and_one_lease() {
@@ -48,7 +30,7 @@ fn waiters_at_one_position_share_one_body_and_one_lease() {
     let text = [("content-type", "text/plain")];
     assert_eq!(req(s.addr, "PUT", path, &text, b"head").status, 201);
     let query = format!("{path}?offset={}&live=long-poll", tail_of(&s, path));
-    let mut waiters: Vec<Conn> = (0..4).map(|_| waiting_get(&s, &query)).collect();
+    let mut waiters: Vec<Conn> = (0..4).map(|_| Conn::waiting_get(s.addr, &query)).collect();
     let big: Vec<u8> = (0..2 << 20).map(|i| b'a' + (i % 26) as u8).collect();
     let ack = req(s.addr, "POST", path, &text, &big);
     assert_eq!(ack.status, 204, "{}", ack.text());
@@ -83,10 +65,10 @@ fn waiters_with_another_view_get_their_own_body() {
     let plain = format!("{path}?tail_records=0&live=long-poll");
     let envelope = format!("{plain}&record_view=envelope");
     let mut waiters = [
-        waiting_get(&s, &plain),
-        waiting_get(&s, &envelope),
-        waiting_get(&s, &plain),
-        waiting_get(&s, &envelope),
+        Conn::waiting_get(s.addr, &plain),
+        Conn::waiting_get(s.addr, &envelope),
+        Conn::waiting_get(s.addr, &plain),
+        Conn::waiting_get(s.addr, &envelope),
     ];
     append(&s, &path, &body_of(&values(5..7)));
     let replies: Vec<_> = waiters.iter_mut().map(|w| w.read_response()).collect();

@@ -13,7 +13,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::sse::Sse;
-use common::{Conn, ReadError, Response, Server, req};
+use common::{Conn, Response, Server, req};
 use records_helpers::*;
 use serde_json::{Value, json};
 
@@ -25,30 +25,12 @@ fn append_values(s: &Server, path: &str, range: std::ops::Range<u64>) -> Respons
 
 // -------------------------------------------------------------- long-poll
 
-/// Sends a GET on a fresh connection and checks it is still waiting.
-fn waiting_get(s: &Server, path_and_query: &str) -> Conn {
-    let mut c = Conn::open(s.addr);
-    let request = c.build_request("GET", path_and_query, &[], b"");
-    c.send_raw(&request);
-    c.stream
-        .set_read_timeout(Some(Duration::from_millis(300)))
-        .unwrap();
-    match c.try_read_head() {
-        Err(ReadError::Timeout) => {}
-        other => panic!("{path_and_query} should wait for data, got {other:?}"),
-    }
-    c.stream
-        .set_read_timeout(Some(common::READ_TIMEOUT))
-        .unwrap();
-    c
-}
-
 #[test]
 fn long_poll_from_record_now_is_woken_by_an_append() {
     let s = start();
     for path in both("lp-now") {
         five(&s, &path);
-        let mut waiter = waiting_get(&s, &format!("{path}?record=now&live=long-poll"));
+        let mut waiter = Conn::waiting_get(s.addr, &format!("{path}?record=now&live=long-poll"));
         let ack = append_values(&s, &path, 5..7);
         assert_eq!(range(&ack), (5, 7));
         let r = waiter.read_response();
@@ -67,7 +49,7 @@ fn long_poll_envelope_view_is_woken_by_an_append() {
     let path = bucketed("lp-envelope");
     five(&s, &path);
     let query = format!("{path}?tail_records=0&live=long-poll&record_view=envelope");
-    let mut waiter = waiting_get(&s, &query);
+    let mut waiter = Conn::waiting_get(s.addr, &query);
     append_values(&s, &path, 5..6);
     let r = waiter.read_response();
     assert_eq!(r.status, 200, "{}", r.text());

@@ -343,6 +343,23 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// Sends a GET (a live read) on a fresh connection and checks that it
+    /// is still waiting 300 ms later.
+    pub fn waiting_get(addr: SocketAddr, path_and_query: &str) -> Conn {
+        let mut c = Conn::open(addr);
+        let request = c.build_request("GET", path_and_query, &[], b"");
+        c.send_raw(&request);
+        c.stream
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        match c.try_read_head() {
+            Err(ReadError::Timeout) => {}
+            other => panic!("{path_and_query} should wait for data, got {other:?}"),
+        }
+        c.stream.set_read_timeout(Some(READ_TIMEOUT)).unwrap();
+        c
+    }
+
     pub fn open(addr: SocketAddr) -> Conn {
         let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
