@@ -135,8 +135,51 @@ fn disable_transparent_huge_pages() {
     }
 }
 
+/// Raises this process's soft limit on open files to its hard limit (at
+/// most `fs.nr_open`): every client connection is a descriptor, and a
+/// shell's default soft limit (often 1,024) would make accepts fail long
+/// before `--max-connections`. Says so when even that is below what the
+/// connection limit needs.
+fn raise_open_file_limit(config: &Config) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit that we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return;
+    }
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<libc::rlim_t>().ok())
+        .unwrap_or(1 << 20);
+    let target = limit.rlim_max.min(nr_open);
+    if limit.rlim_cur < target {
+        let raised = libc::rlimit {
+            rlim_cur: target,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one rlimit that we own.
+        match unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } {
+            0 => limit = raised,
+            _ => rill::warn!("raising RLIMIT_NOFILE: {}", std::io::Error::last_os_error()),
+        }
+    }
+    let wanted = config.max_connections.saturating_mul(config.cores as u64);
+    if limit.rlim_cur < wanted {
+        rill::warn!(
+            "open files are limited to {} (RLIMIT_NOFILE): fewer than --max-connections {} \
+             × {} shards; raise LimitNOFILE (systemd) or ulimit -Hn",
+            limit.rlim_cur,
+            config.max_connections,
+            config.cores
+        );
+    }
+}
+
 fn serve(config: Config) -> ExitCode {
     disable_transparent_huge_pages();
+    raise_open_file_limit(&config);
     let signals = block_stop_signals();
     let data = match open_data_dir(&config) {
         Ok(data) => data,

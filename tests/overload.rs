@@ -156,3 +156,53 @@ fn handed_over_connections_count_against_the_owners_limit() {
     assert!(held <= 3, "the owner held {held} long-polls: {statuses:?}");
     assert_eq!(held + refused, statuses.len(), "{statuses:?}");
 }
+
+/// A low soft limit on open files (a shell's `ulimit -Sn`, often 1,024) is
+/// raised to the hard limit at startup: with a soft limit of 100, 300
+/// connections held open at once are all served (accepts failed with
+/// EMFILE past ~90 before).
+#[test]
+fn a_low_soft_limit_on_open_files_is_raised() {
+    use std::process::{Command, Stdio};
+    let root = std::env::temp_dir().join(common::unique_name("rill-nofile"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -Sn 100 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_rill"))
+        .args(["serve", "--cores", "1", "--listen", &addr.to_string()])
+        .arg("--data-dir")
+        .arg(root.join("data"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn rill");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "rill exited early");
+        assert!(std::time::Instant::now() < deadline, "rill did not start");
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let mut held: Vec<Conn> = (0..300).map(|_| Conn::open(addr)).collect();
+    for c in &mut held {
+        let request = c.build_request("GET", "/v1/health", &[], b"");
+        c.send_raw(&request);
+    }
+    thread::sleep(std::time::Duration::from_millis(500));
+    let wait = Some(std::time::Duration::from_millis(300));
+    let mut served = 0;
+    for c in &mut held {
+        c.stream.set_read_timeout(wait).unwrap();
+        served += usize::from(matches!(c.try_read_response_for("GET"), Ok(r) if r.status == 200));
+    }
+    drop(held);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(served, 300, "connections served with a soft limit of 100");
+}
