@@ -9,7 +9,7 @@ use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
 use super::{Action, Request, content_type, json, offset, records};
-use crate::stream::budget::ProducerLimits;
+use crate::stream::budget::{ProducerLimits, append_index_bytes};
 use crate::stream::{Command, ProducerWrite, Stream, Table};
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -49,7 +49,12 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         check_producer(table, stream, p)?;
     }
     records::check_match(req, stream)?;
-    if table.index_full() {
+    let messages = if stream.json {
+        records::count(&data)
+    } else {
+        1
+    };
+    if table.index_refuses(append_index_bytes(messages)) {
         return Err(super::response::index_full());
     }
     let stream_seq = check_stream_seq(req, stream)?;

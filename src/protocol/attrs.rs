@@ -96,7 +96,8 @@ fn replace(req: &Request, table: &Table) -> Result<Action, Response> {
     if stream.attrs == attrs {
         return Ok(Action::Reply(Response::new(204)));
     }
-    if attrs.len() > stream.attrs.len() && table.index_full() {
+    let growth = attrs.len().saturating_sub(stream.attrs.len()) as u64;
+    if growth > 0 && table.index_refuses(growth) {
         return Err(super::response::index_full());
     }
     let command = Command::SetAttrs {

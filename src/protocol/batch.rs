@@ -12,6 +12,7 @@ use super::append::{canonical, check_same_content_type, check_valid_content_type
 use super::response::{Response, bad_request, not_found};
 use super::{Request, headers, offset};
 use crate::http::parse::Method;
+use crate::stream::budget::append_index_bytes;
 use crate::stream::{Command, Stream, Table};
 
 /// extensions §4.1: "at most 512 frames per public append-batch request
@@ -78,11 +79,15 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
-    if table.index_full() {
+    check_same_content_type(ct, stream)?;
+    let frames = frames(req.body)?;
+    // A message a frame at least (a JSON frame of several records adds
+    // more once decided).
+    let adding = append_index_bytes(1).saturating_mul(frames.len() as u64);
+    if table.index_refuses(adding) {
         return Err(super::response::index_full());
     }
-    check_same_content_type(ct, stream)?;
-    frames(req.body)
+    Ok(frames)
 }
 
 /// Splits the body into frames.

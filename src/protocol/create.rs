@@ -4,9 +4,27 @@
 use super::headers::{Lifetime, lifetime, wants_close};
 use super::response::{Response, bad_request, conflict};
 use super::{Action, Request, Surface, attrs, content_type, json, offset, records};
+use crate::stream::budget::{STREAM_BYTES, append_index_bytes};
 use crate::stream::{Command, Stream, Table};
 
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
+
+/// What a new stream adds to the index budget: its metadata, key, content
+/// type and attributes, and its initial messages (`stream::budget`).
+fn index_bytes(key: &str, content_type: &str, attrs: &[u8], data: &[u8]) -> u64 {
+    let strings = (key.len() + content_type.len() + attrs.len()) as u64;
+    let messages = match (data.is_empty(), content_type::is_json(content_type)) {
+        (true, _) => 0,
+        (false, true) => records::count(data),
+        (false, false) => 1,
+    };
+    let initial = if messages == 0 {
+        0
+    } else {
+        append_index_bytes(messages)
+    };
+    STREAM_BYTES + strings + initial
+}
 
 pub fn decide(req: &Request, table: &Table) -> Action {
     match decide_inner(req, table) {
@@ -30,7 +48,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
             same_attrs,
         )));
     }
-    if table.index_full() {
+    if table.index_refuses(index_bytes(req.key, &content_type, &attrs, &data)) {
         return Err(Action::Reply(super::response::index_full()));
     }
     let tail = data.len() as u64;

@@ -150,7 +150,11 @@ pub async fn create(
             .await
             .map_or_else(|e| e.response(), |()| reply);
     }
-    if shard.table.borrow().index_full() {
+    if shard
+        .table
+        .borrow()
+        .index_refuses(crate::stream::budget::STREAM_BYTES)
+    {
         return crate::protocol::response::index_full();
     }
     let (tx, rx) = flume::bounded(CHANNEL_DEPTH);

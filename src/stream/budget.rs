@@ -37,6 +37,12 @@ impl Default for ProducerLimits {
 /// ~1 KiB of resident memory per idle stream, docs/OPERATIONS.md).
 pub const STREAM_BYTES: u64 = 1024;
 
+/// Index bytes an append of `messages` messages adds until its chunk is
+/// packed: a message end (8 B) each and one extent (16 B).
+pub fn append_index_bytes(messages: u64) -> u64 {
+    messages.saturating_mul(8).saturating_add(16)
+}
+
 impl Stream {
     /// What this stream's indexes and metadata take (its key aside): the
     /// client-chosen strings count as sent, up to the head limit each.
@@ -69,9 +75,13 @@ impl Table {
         self.index_used
     }
 
-    /// Whether new messages must wait for retention or deletes.
-    pub fn index_full(&self) -> bool {
-        self.index_used >= self.index_budget
+    /// Whether a change adding `bytes` of index must wait for retention
+    /// or deletes: it would take the table past its budget. (An estimate
+    /// by the caller, `APPEND_INDEX_BYTES` and `STREAM_BYTES`: what a
+    /// request adds is checked before it applies, so the budget holds to
+    /// within that estimate's error instead of one whole request.)
+    pub fn index_refuses(&self, bytes: u64) -> bool {
+        self.index_used.saturating_add(bytes) > self.index_budget
     }
 
     /// What is left of the budget.
