@@ -56,6 +56,15 @@ impl RecordIndex {
         self.ends.push(end);
     }
 
+    /// `push` of each of `ends` (one append's messages), in one pass.
+    pub fn extend(&mut self, ends: impl IntoIterator<Item = u64>) {
+        let mut last = self.end();
+        self.ends.extend(ends.into_iter().inspect(|&end| {
+            assert!(end > last, "message ends ascend");
+            last = end;
+        }));
+    }
+
     /// Takes back messages so that `next` ordinals remain (undo of an
     /// uncommitted write).
     pub fn truncate(&mut self, next: u64) {
@@ -152,6 +161,15 @@ mod tests {
         assert_eq!(i.ends_in(0, 10), &[6, 9]);
         assert_eq!(i.last_end_within(6, 10), Some(9));
         assert_eq!(i.first_end_after(11), None);
+    }
+
+    #[test]
+    fn extend_is_push_of_each_and_keeps_ends_ascending() {
+        let mut i = index(&[6]);
+        i.extend([9, 11]);
+        assert_eq!((i.next(), i.end(), i.ordinal_at(9)), (3, 11, Some(2)));
+        let backwards = std::panic::catch_unwind(move || i.extend([12, 12]));
+        assert!(backwards.is_err(), "a repeated end is refused");
     }
 
     #[test]

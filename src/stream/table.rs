@@ -597,9 +597,8 @@ pub(super) fn push_data(stream: &mut Stream, data: Vec<u8>) {
     }
     let base = stream.head_tail();
     if stream.json {
-        for newline in memchr::memchr_iter(b'\n', &data) {
-            stream.messages.push(base + newline as u64 + 1);
-        }
+        let ends = memchr::memchr_iter(b'\n', &data).map(|newline| base + newline as u64 + 1);
+        stream.messages.extend(ends);
     } else {
         stream.messages.push(base + data.len() as u64);
     }
