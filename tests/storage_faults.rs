@@ -5,63 +5,29 @@
 //! lost, reads keep working, writes resume once the fault is gone, and a
 //! fresh recovery replays exactly what was acknowledged.
 
+mod inproc;
+
 use std::cell::Cell;
-use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rill::config::{Config, FsyncPolicy};
 use rill::log::aligned::{AlignedBuf, BLOCK};
-use rill::log::appender::Appender;
 use rill::log::recovery::{self, Recovered};
 use rill::log::storage::{DirectStorage, Fault, FaultPlan, FaultyStorage, SegmentFile, Storage};
 use rill::shard::Shard;
 use rill::shard::commit::CommitError;
-use rill::shard::mesh::Mesh;
-use rill::shard::store::Segments;
 use rill::stream::Command;
 use rill::stream::codec::{self, Entry};
-use rill::stream::rebuild::Rebuild;
 use rill::stream::table::incarnation_id;
 
+use inproc::{NOW_MS, TempDir, faulty, run, start};
+
 const KEY: &str = "faulty";
-const NOW_MS: u64 = 1_700_000_000_000;
 /// Large enough that the tests' data never reaches an eighth of it (where
 /// the appender starts preallocating a spare), so no spare is made.
 const BIG_SEGMENT: u64 = 1 << 20;
-
-/// A unique scratch directory removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> Self {
-        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "rill-storage-faults-{tag}-{}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn run<F: Future>(fut: F) -> F::Output {
-    monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-        .enable_timer()
-        .build()
-        .unwrap()
-        .block_on(fut)
-}
 
 fn create(key: &str) -> Command {
     Command::Create {
@@ -149,56 +115,6 @@ fn without_placement(entry: Entry) -> Entry {
         }),
         other => other,
     }
-}
-
-/// Recovers `storage`, builds the shard on what it found, opens the log and
-/// spawns the writer task (`--fsync always`).
-async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> Rc<Shard> {
-    let mut rebuild = Rebuild::default();
-    let recovered = recovery::recover(&*storage, segment_bytes, |kind, payload, at| {
-        rill::shard::startup::replay(&mut rebuild, kind, payload, at)
-    })
-    .await
-    .expect("recovery");
-    let (table, _) = rebuild.finish(u64::MAX, NOW_MS).expect("a consistent log");
-    let config = Arc::new(Config {
-        segment_bytes,
-        cores: 1,
-        ..Config::default()
-    });
-    let (tx, _rx) = flume::unbounded();
-    let dir = storage.path(1).parent().expect("segment dir").to_path_buf();
-    let segments = Segments::new(Rc::new(DirectStorage::new(dir).unwrap()));
-    let shard = Rc::new(Shard::new(
-        0,
-        config,
-        Mesh::new(0, vec![tx]),
-        table,
-        recovered.next_seq,
-        segments,
-    ));
-    let appender = Appender::open(
-        storage,
-        segment_bytes,
-        recovered.end,
-        recovered.tail,
-        recovered.scrub_to,
-    )
-    .await
-    .expect("open the log");
-    monoio::spawn(rill::shard::writer::run(
-        shard.clone(),
-        appender,
-        FsyncPolicy::Always,
-        Rc::new(Cell::new(false)),
-    ));
-    shard
-}
-
-fn faulty(dir: &Path) -> (Rc<FaultyStorage<DirectStorage>>, FaultPlan) {
-    let plan = FaultPlan::default();
-    let storage = FaultyStorage::new(DirectStorage::new(dir).unwrap(), plan.clone());
-    (Rc::new(storage), plan)
 }
 
 async fn commit(shard: &Shard, commands: Vec<Command>) -> Result<(), CommitError> {

@@ -384,6 +384,10 @@ pub enum Fault {
     /// requested length; a single-block write transfers nothing and reports
     /// `Ok(0)`, so callers must treat 0 as an error rather than retry forever.
     ShortWrite,
+    /// Writes only: a write waits (checking every millisecond) until the
+    /// plan's write fault is changed, then goes on under the new one: a
+    /// disk frozen for as long as a test needs commits to stay pending.
+    Stall,
 }
 
 #[derive(Debug, Default)]
@@ -405,7 +409,10 @@ impl FaultPlan {
 
     /// Fault applied to every file `sync_data`; `Eio`, `Enospc` or `None`.
     pub fn set_syncs(&self, f: Fault) {
-        assert_ne!(f, Fault::ShortWrite, "ShortWrite is not a sync fault");
+        assert!(
+            !matches!(f, Fault::ShortWrite | Fault::Stall),
+            "{f:?} is not a sync fault"
+        );
         self.0.borrow_mut().syncs = f;
     }
 
@@ -427,7 +434,7 @@ fn fault_error(f: Fault) -> Option<io::Error> {
     match f {
         Fault::Eio => Some(io::Error::from_raw_os_error(libc::EIO)),
         Fault::Enospc => Some(io::Error::from_raw_os_error(libc::ENOSPC)),
-        Fault::None | Fault::ShortWrite => None,
+        Fault::None | Fault::ShortWrite | Fault::Stall => None,
     }
 }
 
@@ -485,8 +492,11 @@ impl<F: SegmentFile> FaultyFile<F> {
 
 impl<F: SegmentFile> SegmentFile for FaultyFile<F> {
     async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        while self.plan.writes() == Fault::Stall {
+            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
         match self.plan.writes() {
-            Fault::None => self.inner.write_at(buf, pos).await,
+            Fault::None | Fault::Stall => self.inner.write_at(buf, pos).await,
             Fault::ShortWrite => self.short_write(buf, pos).await,
             f => (Err(fault_error(f).expect("error fault")), buf),
         }

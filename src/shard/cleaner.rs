@@ -66,26 +66,40 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
         if passes.is_multiple_of(RECONSIDER_PASSES) {
             not_worth_it.clear();
         }
-        while let Some(victim) = choose_victim(&shard, &storage, &not_worth_it).await {
-            if shard.table.borrow().has_staged() {
-                break;
+        clean_victims(&shard, &storage, &mut not_worth_it).await;
+    }
+}
+
+/// Cleans sealed segments, least live first, until none is worth it (or
+/// a fork copy is in flight, or one fails); returns how many went.
+/// `not_worth_it` collects the victims left in place.
+pub async fn clean_victims(
+    shard: &Shard,
+    storage: &DirectStorage,
+    not_worth_it: &mut BTreeSet<u64>,
+) -> usize {
+    let mut removed = 0;
+    while let Some(victim) = choose_victim(shard, storage, not_worth_it).await {
+        if shard.table.borrow().has_staged() {
+            break;
+        }
+        match clean(shard, storage, victim).await {
+            Ok(Cleaned::NotWorthIt) => {
+                not_worth_it.insert(victim);
             }
-            match clean(&shard, &storage, victim).await {
-                Ok(Cleaned::NotWorthIt) => {
-                    not_worth_it.insert(victim);
-                }
-                Ok(Cleaned::Removed) => {
-                    shard.metrics.add(Counter::SegmentsCleaned, 1);
-                    crate::info!(shard = shard.index, "cleaned segment {victim}")
-                }
-                Err(e) => {
-                    shard.metrics.add(Counter::CleanFailures, 1);
-                    crate::error!(shard = shard.index, "cleaning segment {victim} failed: {e}");
-                    break;
-                }
+            Ok(Cleaned::Removed) => {
+                removed += 1;
+                shard.metrics.add(Counter::SegmentsCleaned, 1);
+                crate::info!(shard = shard.index, "cleaned segment {victim}")
+            }
+            Err(e) => {
+                shard.metrics.add(Counter::CleanFailures, 1);
+                crate::error!(shard = shard.index, "cleaning segment {victim} failed: {e}");
+                break;
             }
         }
     }
+    removed
 }
 
 /// Streams reaped between two yields to the shard's other tasks.
@@ -391,6 +405,28 @@ async fn copy_stream(shard: &Shard, data: &[u8], m: &Moving) -> std::io::Result<
     commit_part(shard, image.into_iter().collect()).await
 }
 
+/// Commits the victim's delete and bucket records as the state has them.
+/// The bucket registry shows a change only once it commits: a
+/// BUCKET_CREATE taken while a delete of that bucket is pending would be
+/// logged after the delete and undo it (an old BUCKET_DELETE after a
+/// pending create likewise), so they are taken when no change is pending,
+/// and submitted with no await in between.
+async fn commit_records(shard: &Shard, records: Vec<Entry>) -> std::io::Result<()> {
+    while shard.commits.bucket_change_pending() {
+        barrier(shard).await?;
+    }
+    let records = records.into_iter().filter_map(|e| current(shard, e));
+    commit_part(shard, records.map(|e| (e, Effect::Nothing)).collect()).await
+}
+
+/// Waits until everything submitted so far is committed.
+async fn barrier(shard: &Shard) -> std::io::Result<()> {
+    shard
+        .barrier()
+        .await
+        .map_err(|e| std::io::Error::other(e.message))
+}
+
 /// Submits `part` (when not empty) and waits until it is committed.
 async fn commit_part(shard: &Shard, part: Vec<(Entry, Effect)>) -> std::io::Result<()> {
     if part.is_empty() {
@@ -443,8 +479,11 @@ async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::
     for m in &moving {
         copy_stream(shard, &data, m).await?;
     }
-    let records = records.into_iter().filter_map(|e| current(shard, e));
-    commit_part(shard, records.map(|e| (e, Effect::Nothing)).collect()).await?;
+    commit_records(shard, records).await?;
+    // What made the victim's other data dead (a delete, a retention move)
+    // may still be queued: the file goes only once that is durable, or a
+    // crash would lose data that recovery still expects there.
+    barrier(shard).await?;
     let still_used = shard
         .table
         .borrow()

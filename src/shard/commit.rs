@@ -229,6 +229,15 @@ impl Commits {
         self.uncommitted.borrow().is_empty()
     }
 
+    /// Whether a bucket registry change is submitted but not committed
+    /// (the registry shows a change only once it commits).
+    pub fn bucket_change_pending(&self) -> bool {
+        let uncommitted = self.uncommitted.borrow();
+        uncommitted
+            .iter()
+            .any(|u| matches!(u.effect, Effect::Bucket(_)))
+    }
+
     pub fn has_queued(&self) -> bool {
         !self.queue.borrow().records.is_empty()
     }

@@ -297,6 +297,11 @@ async fn poll_data(
     let Some(stream) = table.get_visible(&plan.key).filter(|s| s.id == id) else {
         return PollReply::Own(not_found("stream not found"));
     };
+    // A body rendered before retention passed its start is still exact,
+    // but the read is answered as its own fetch would be now (410).
+    if start < stream.retained {
+        return PollReply::Own(read::gone_before(stream.retained));
+    }
     let now_ms = clock::now_ms();
     match read::poll_head(plan, stream, body.end, now_ms, shard.next_random()) {
         Ok(head) => PollReply::Shared(head, body),
