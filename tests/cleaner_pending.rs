@@ -11,7 +11,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Duration;
 
-use inproc::{NOW_MS, TempDir, faulty, run, start};
+use inproc::{NOW_MS, TempDir, create, faulty, run, start};
 use rill::log::storage::{DirectStorage, Fault, Storage};
 use rill::shard::Shard;
 use rill::shard::cleaner::clean_victims;
@@ -22,20 +22,6 @@ use rill::stream::table::incarnation_id;
 
 /// Small segments, so a few appends seal one.
 const SEGMENT: u64 = 128 << 10;
-
-fn create(key: &str) -> Command {
-    Command::Create {
-        key: key.to_string(),
-        content_type: "application/octet-stream".to_string(),
-        ttl_secs: None,
-        expires_at: None,
-        expires_at_ms: None,
-        closed: false,
-        data: Vec::new(),
-        now_ms: NOW_MS,
-        attrs: Vec::new(),
-    }
-}
 
 /// An append of `len` bytes to `key`'s current incarnation, at its tail.
 fn append(shard: &Shard, key: &str, len: usize) -> Command {

@@ -22,26 +22,12 @@ use rill::stream::Command;
 use rill::stream::codec::{self, Entry};
 use rill::stream::table::incarnation_id;
 
-use inproc::{NOW_MS, TempDir, faulty, run, start};
+use inproc::{NOW_MS, TempDir, create, faulty, run, start};
 
 const KEY: &str = "faulty";
 /// Large enough that the tests' data never reaches an eighth of it (where
 /// the appender starts preallocating a spare), so no spare is made.
 const BIG_SEGMENT: u64 = 1 << 20;
-
-fn create(key: &str) -> Command {
-    Command::Create {
-        key: key.to_string(),
-        content_type: "application/octet-stream".to_string(),
-        ttl_secs: None,
-        expires_at: None,
-        expires_at_ms: None,
-        closed: false,
-        data: Vec::new(),
-        now_ms: NOW_MS,
-        attrs: Vec::new(),
-    }
-}
 
 /// An append to `KEY`; its incarnation and start offset are filled in from
 /// the head state when it is submitted (`submit`).

@@ -16,9 +16,25 @@ use rill::log::storage::{DirectStorage, FaultPlan, FaultyStorage, Storage};
 use rill::shard::Shard;
 use rill::shard::mesh::Mesh;
 use rill::shard::store::Segments;
+use rill::stream::Command;
 use rill::stream::rebuild::Rebuild;
 
 pub const NOW_MS: u64 = 1_700_000_000_000;
+
+/// A create of an empty byte stream `key` at `NOW_MS`.
+pub fn create(key: &str) -> Command {
+    Command::Create {
+        key: key.to_string(),
+        content_type: "application/octet-stream".to_string(),
+        ttl_secs: None,
+        expires_at: None,
+        expires_at_ms: None,
+        closed: false,
+        data: Vec::new(),
+        now_ms: NOW_MS,
+        attrs: Vec::new(),
+    }
+}
 
 /// A unique scratch directory removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -30,6 +46,7 @@ impl TempDir {
         let path =
             std::env::temp_dir().join(format!("rill-inproc-{tag}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
         Self(path)
     }
 }

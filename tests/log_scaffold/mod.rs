@@ -2,11 +2,9 @@
 //! real segment files through the real `Appender`, damages them with
 //! std::fs, and recovers them with `DirectStorage`.
 #![allow(dead_code)]
-use std::future::Future;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use rill::log::aligned::BLOCK;
 use rill::log::appender::{Appender, LogEnd};
@@ -21,36 +19,10 @@ pub const BIG: u64 = 1 << 20;
 /// Segment size of the tests that roll over several segments.
 pub const SMALL: u64 = 64 << 10;
 
-/// A unique scratch directory, removed on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!(
-            "rill-recovery-table-{tag}-{}-{n}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Self(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-pub fn run<F: Future>(fut: F) -> F::Output {
-    monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-        .enable_timer()
-        .build()
-        .unwrap()
-        .block_on(fut)
-}
+// The scratch directory and the runtime are the in-process harness's.
+#[path = "../inproc/mod.rs"]
+mod inproc;
+pub use inproc::{TempDir, run};
 
 /// One log record as the tests model it.
 #[derive(Clone, Debug, PartialEq, Eq)]
