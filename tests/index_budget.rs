@@ -264,3 +264,32 @@ fn buckets_are_bounded_by_the_budget() {
     assert_eq!(req(s.addr, "DELETE", "/bucket-00000", &[], b"").status, 204);
     assert_eq!(req(s.addr, "PUT", "/bucket-again", &[], b"").status, 201);
 }
+
+/// Idempotent producers' state counts too (PROTOCOL.md §5.2.1 keeps an
+/// entry per producer id): a client naming a new producer on each append
+/// meets the budget long before `--max-producers-per-stream`.
+#[test]
+fn producers_count_against_the_budget() {
+    let s = Server::start(&["--cores", "1", "--max-index-bytes", "65536"]);
+    let path = "/v1/stream/producers";
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
+    let produce = |id: usize, seq: u64| {
+        let (id, seq) = (format!("producer-{id}"), seq.to_string());
+        let headers = [
+            text[0],
+            ("Producer-Id", id.as_str()),
+            ("Producer-Epoch", "0"),
+            ("Producer-Seq", seq.as_str()),
+        ];
+        req(s.addr, "POST", path, &headers, b"x")
+    };
+    let refused = (0..2000)
+        .find(|&i| produce(i, 0).status != 200)
+        .expect("the budget refuses a producer");
+    // Without producers counted, ~2,600 one-byte appends fit 64 KiB.
+    assert!((50..200).contains(&refused), "{refused} producers fit");
+    let r = produce(refused, 0);
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("index_budget_full"), "{}", r.text());
+}

@@ -9,7 +9,7 @@ use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
 use super::{Action, Request, content_type, json, offset, records};
-use crate::stream::budget::{ProducerLimits, append_index_bytes};
+use crate::stream::budget::{PRODUCER_BYTES, ProducerLimits, append_index_bytes};
 use crate::stream::{Command, ProducerWrite, Stream, Table};
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -54,7 +54,11 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     } else {
         1
     };
-    if table.index_refuses(append_index_bytes(messages)) {
+    let new_producer = producer
+        .as_ref()
+        .is_some_and(|p| !stream.producers.contains_key(&p.id));
+    let producer_bytes = if new_producer { PRODUCER_BYTES } else { 0 };
+    if table.index_refuses(append_index_bytes(messages) + producer_bytes) {
         return Err(super::response::index_full());
     }
     let stream_seq = check_stream_seq(req, stream)?;

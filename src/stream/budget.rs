@@ -37,6 +37,14 @@ impl Default for ProducerLimits {
 /// ~1 KiB of resident memory per idle stream, docs/OPERATIONS.md).
 pub const STREAM_BYTES: u64 = 1024;
 
+/// What one idempotent producer's state takes: its entry in the stream's
+/// map (id, epoch, sequence and the ranges of its latest appends) and an
+/// id up to the default `--max-producer-id-bytes`. Counted per producer
+/// (not per id byte) so the footprint stays O(1) to compute.
+pub const PRODUCER_BYTES: u64 =
+    (std::mem::size_of::<String>() + std::mem::size_of::<super::state::ProducerState>() + 16 + 256)
+        as u64;
+
 /// Index bytes an append of `messages` messages adds until its chunk is
 /// packed: a message end (8 B) each and one extent (16 B).
 pub fn append_index_bytes(messages: u64) -> u64 {
@@ -45,14 +53,17 @@ pub fn append_index_bytes(messages: u64) -> u64 {
 
 impl Stream {
     /// What this stream's indexes and metadata take (its key aside): the
-    /// client-chosen strings count as sent, up to the head limit each.
+    /// client-chosen strings count as sent, up to the head limit each, and
+    /// each producer's state as `PRODUCER_BYTES` (a client naming new
+    /// producers on many streams grew memory outside the budget).
     pub fn index_footprint(&self) -> u64 {
         let indexes = self.messages.index_bytes() + self.data.index_bytes();
         let strings = self.attrs.len()
             + self.content_type.len()
             + self.stream_seq.as_ref().map_or(0, String::len)
             + self.expires_at.as_ref().map_or(0, String::len);
-        indexes + STREAM_BYTES + strings as u64
+        let producers = self.producers.len() as u64 * PRODUCER_BYTES;
+        indexes + STREAM_BYTES + strings as u64 + producers
     }
 }
 
