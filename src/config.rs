@@ -90,6 +90,9 @@ pub struct Config {
     /// Bytes of large replies held in memory until their clients read
     /// them, over all shards; more get 503 (`shard/replies.rs`).
     pub max_reply_bytes: u64,
+    /// Bytes of large request bodies held in memory while they arrive and
+    /// are handled, over all shards; more get 503 (`shard/replies.rs`).
+    pub max_request_bytes: u64,
     /// Longest `Producer-Id`; longer ones get 431.
     pub max_producer_id_bytes: usize,
     /// Producer ids one stream remembers; appends of a new one beyond get 429.
@@ -127,6 +130,7 @@ impl Default for Config {
             // 256 catch-up windows (4 MiB) in flight per shard of 2: room
             // for many fast readers at once, yet a bound on stalled ones.
             max_reply_bytes: 2 << 30,
+            max_request_bytes: 1 << 30,
             max_producer_id_bytes: ProducerLimits::default().max_id_bytes,
             max_producers_per_stream: ProducerLimits::default().max_per_stream,
         }
@@ -180,6 +184,9 @@ OPTIONS:
     --max-reply-bytes N         bytes of large replies (catch-up windows, snapshot blobs) held
                                 until their clients read them, over all shards; more get 503
                                 with Retry-After [default: 2147483648]
+    --max-request-bytes N       bytes of large request bodies (64 KiB or more) held while
+                                they arrive and are handled, over all shards; more get 503
+                                with Retry-After [default: 1073741824]
     --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
     --max-producers-per-stream N
                                 producer ids a stream remembers (about 400 B each plus the
@@ -251,6 +258,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("access-log", access_log),
     setting!("max-index-bytes", max_index_bytes),
     setting!("max-reply-bytes", max_reply_bytes),
+    setting!("max-request-bytes", max_request_bytes),
     setting!("max-producer-id-bytes", max_producer_id_bytes),
     setting!("max-producers-per-stream", max_producers_per_stream),
 ];

@@ -206,3 +206,40 @@ fn a_low_soft_limit_on_open_files_is_raised() {
     let _ = std::fs::remove_dir_all(&root);
     assert_eq!(served, 300, "connections served with a soft limit of 100");
 }
+
+/// Request bodies count against `--max-request-bytes` while they arrive
+/// and are handled: with 2 MiB (one shard), a second 1.5 MiB body sent while
+/// the first is still arriving gets 503 with Retry-After, and once the first
+/// is handled the next goes through (clients sending many large bodies
+/// slowly could otherwise make a shard hold all of them).
+#[test]
+fn large_bodies_arriving_at_once_are_bounded() {
+    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
+    let path = "/v1/stream/bodies";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let body = vec![b'a'; 3 << 19];
+    let mut first = Conn::open(s.addr);
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    first.send_raw(head.as_bytes());
+    first.send_raw(&body[..1 << 19]);
+    thread::sleep(std::time::Duration::from_millis(200));
+    // Answered from its head alone: the server does not take the body.
+    let mut second = Conn::open(s.addr);
+    second.send_raw(head.as_bytes());
+    let second = second.read_response();
+    assert_eq!(second.status, 503, "{}", second.text());
+    assert!(
+        second.text().contains("requests_backlogged"),
+        "{}",
+        second.text()
+    );
+    assert_eq!(second.header("retry-after"), Some("1"));
+    first.send_raw(&body[1 << 19..]);
+    assert_eq!(first.read_response().status, 204);
+    assert_eq!(req(s.addr, "POST", path, &octets, &body).status, 204);
+}

@@ -301,13 +301,35 @@ async fn read_head(
     }
 }
 
+/// Leases on the request body bytes a connection holds
+/// (`--max-request-bytes`); bodies under `COUNTED_BYTES` take none.
+type BodyLeases = Vec<super::replies::ReplyLease>;
+
+/// Takes `bytes` more of the body budget, or answers 503.
+fn lease_body(shard: &Shard, leases: &mut BodyLeases, bytes: u64) -> Result<(), Response> {
+    let lease = shard
+        .lease_body(bytes)
+        .ok_or_else(super::replies::bodies_busy)?;
+    leases.push(lease);
+    Ok(())
+}
+
+/// Chunked bodies lease their bytes this much at a time as they grow.
+const CHUNKED_LEASE_BYTES: usize = 1 << 20;
+
 async fn read_body(
-    socket: &mut TcpStream,
+    (shard, socket): (&Shard, &mut TcpStream),
     buf: &mut Vec<u8>,
     head: &RequestHead,
     limits: &Limits,
     idle: Duration,
-) -> Result<Vec<u8>, Response> {
+) -> Result<(Vec<u8>, BodyLeases), Response> {
+    let mut leases = BodyLeases::new();
+    if let BodyKind::Length(len) = head.body
+        && len >= super::replies::COUNTED_BYTES as u64
+    {
+        lease_body(shard, &mut leases, len)?;
+    }
     let expects_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
     if head.expect_continue
         && expects_body
@@ -317,14 +339,14 @@ async fn read_body(
         return Err(Response::error(400, "disconnected", "client went away"));
     }
     match head.body {
-        BodyKind::None => Ok(Vec::new()),
+        BodyKind::None => Ok((Vec::new(), leases)),
         BodyKind::Length(len) => {
             let len = len as usize;
             while buf.len() < len {
                 stalled(fill(socket, buf, idle).await)?;
             }
             let rest = buf.split_off(len);
-            Ok(std::mem::replace(buf, rest))
+            Ok((std::mem::replace(buf, rest), leases))
         }
         BodyKind::Chunked => {
             let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
@@ -332,8 +354,11 @@ async fn read_body(
             loop {
                 let used = decoder.decode(buf, &mut body).map_err(|e| http_error(&e))?;
                 buf.drain(..used);
+                while body.len() >= (leases.len() + 1) * CHUNKED_LEASE_BYTES {
+                    lease_body(shard, &mut leases, CHUNKED_LEASE_BYTES as u64)?;
+                }
                 if decoder.is_done() {
-                    return Ok(body);
+                    return Ok((body, leases));
                 }
                 stalled(fill(socket, buf, idle).await)?;
             }
@@ -450,8 +475,10 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let route = Route::of(&target);
         let started = std::time::Instant::now();
         buf.drain(..head.head_len);
-        let body = match read_body(&mut socket, &mut buf, &head, &limits, idle).await {
-            Ok(body) => body,
+        let read = read_body((&shard, &mut socket), &mut buf, &head, &limits, idle).await;
+        // The body's leases are held until the request is handled.
+        let (body, _leases) = match read {
+            Ok(read) => read,
             Err(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
                 finished(&shard, fd, route, &head, started);

@@ -62,6 +62,8 @@ pub struct Shard {
     pub metrics: crate::metrics::Metrics,
     /// Reply bytes held for clients still to read them (`replies.rs`).
     pub replies: Rc<replies::ReplyBudget>,
+    /// Request body bytes held while they arrive and are handled.
+    pub bodies: Rc<replies::ReplyBudget>,
     jitter: Cell<u64>,
 }
 
@@ -89,6 +91,7 @@ impl Shard {
             pending_blobs: RefCell::new(HashSet::new()),
             metrics: crate::metrics::Metrics::default(),
             replies: Rc::default(),
+            bodies: Rc::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
@@ -101,6 +104,12 @@ impl Shard {
     pub fn lease_reply(&self, bytes: u64) -> Option<replies::ReplyLease> {
         let limit = self.config.max_reply_bytes / self.config.cores as u64;
         self.replies.lease(bytes, limit)
+    }
+
+    /// A lease on `bytes` of request body (`--max-request-bytes` ÷ shards).
+    pub fn lease_body(&self, bytes: u64) -> Option<replies::ReplyLease> {
+        let limit = self.config.max_request_bytes / self.config.cores as u64;
+        self.bodies.lease(bytes, limit)
     }
 
     /// Applies decided commands to the head state and queues their log

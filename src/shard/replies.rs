@@ -4,7 +4,9 @@
 //! read could otherwise make a shard hold gigabytes. Large replies take a
 //! lease on `--max-reply-bytes` ÷ shards; past it they are answered 503
 //! with Retry-After (and a stalled write ends after `--idle-timeout-ms`,
-//! `conn::write_bytes`).
+//! `conn::write_bytes`). Request bodies take leases on a budget of their
+//! own (`--max-request-bytes`) while they arrive and are handled: a client
+//! could otherwise open many connections and send each a large body slowly.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -49,6 +51,16 @@ impl Drop for ReplyLease {
         debug_assert!(held >= self.bytes, "reply budget underflow");
         self.budget.held.set(held.saturating_sub(self.bytes));
     }
+}
+
+/// The answer when request bodies already hold the shard's share.
+pub fn bodies_busy() -> Response {
+    Response::error(
+        503,
+        "requests_backlogged",
+        "too many request bytes are arriving at once; retry shortly",
+    )
+    .header("retry-after", "1")
 }
 
 /// The answer when the budget is spent: clients are slow to read.
