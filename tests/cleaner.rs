@@ -6,28 +6,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::disk::log_bytes;
 use common::{Conn, Server, req};
 
 const SEGMENT: u64 = 256 << 10;
-
-/// Bytes of segment files under the data dir.
-fn log_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for shard in std::fs::read_dir(dir).unwrap().flatten() {
-        if !shard.path().is_dir() {
-            continue;
-        }
-        for file in std::fs::read_dir(shard.path()).unwrap().flatten() {
-            if file.file_name().to_string_lossy().ends_with(".seg") {
-                total += file.metadata().unwrap().len();
-            }
-        }
-    }
-    total
-}
 
 /// One shard with small segments, cleaning every `interval_ms`.
 fn start_cleaning(interval_ms: &str) -> Server {

@@ -8,10 +8,10 @@
 mod common;
 mod records_helpers;
 
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::disk::log_bytes;
 use common::sse::Sse;
 use common::{Conn, Response, Server, req};
 use records_helpers::*;
@@ -488,22 +488,6 @@ fn retention_by_record_survives_sigkill() {
 }
 
 const SEGMENT: u64 = 256 << 10;
-
-/// Bytes of segment files under the data dir (as in `cleaner.rs`).
-fn log_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for shard in std::fs::read_dir(dir).unwrap().flatten() {
-        if !shard.path().is_dir() {
-            continue;
-        }
-        for file in std::fs::read_dir(shard.path()).unwrap().flatten() {
-            if file.file_name().to_string_lossy().ends_with(".seg") {
-                total += file.metadata().unwrap().len();
-            }
-        }
-    }
-    total
-}
 
 fn fill_octets(s: &Server, path: &str, bytes: usize) {
     let octet = [("Content-Type", "application/octet-stream")];
