@@ -4,11 +4,10 @@
 //! the soft-delete matrix.
 #![allow(dead_code)]
 
-use std::fs;
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use crate::common::disk::log_bytes;
 use crate::common::{Conn, Response, Server, enc, req, unique_name};
 use crate::records_helpers::{body_of, first_next, lines, values};
 use rill::shard::placement::shard_of;
@@ -372,17 +371,4 @@ pub fn big_source(s: &Server, path: &str, mib: usize) -> (Vec<u8>, Vec<String>) 
         data.extend_from_slice(&chunk);
     }
     (data, offsets)
-}
-
-/// Bytes of segment files under the data dir (as in `cleaner.rs`).
-pub fn log_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    for shard in fs::read_dir(dir).unwrap().flatten() {
-        for f in fs::read_dir(shard.path()).into_iter().flatten().flatten() {
-            if f.file_name().to_string_lossy().ends_with(".seg") {
-                total += f.metadata().unwrap().len();
-            }
-        }
-    }
-    total
 }
