@@ -271,11 +271,18 @@ pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
 /// A 200 carrying the fetched window with the headers every read shares.
 /// `fetched` holds at least the bytes of the window (from `fetch_span`).
 fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (Response, String) {
+    let (end, body) = window_body(stream, plan, cut, fetched);
+    let (reply, tag) = data_head(stream, plan, end);
+    (reply.with_body(body), tag)
+}
+
+/// Where the fetched window ends once `cut` is resolved, and its bytes
+/// rendered for the plan's surface and view.
+fn window_body(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (u64, Vec<u8>) {
     let start = plan.start;
     let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
     let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
-    let (reply, tag) = data_head(stream, plan, end);
-    (reply.with_body(body), tag)
+    (end, body)
 }
 
 /// The head of a 200 answering `[plan.start, end)`, and its ETag.
@@ -424,10 +431,7 @@ pub fn poll_body(
     if let Some(gone) = overtaken(stream, plan) {
         return Err(gone);
     }
-    let start = plan.start;
-    let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
-    let body = plan_body(stream, plan, start, &fetched[..(end - start) as usize]);
-    Ok((end, body))
+    Ok(window_body(stream, plan, cut, fetched))
 }
 
 /// The head of a long-poll answer whose body ends at `end` (§5.6: its own
