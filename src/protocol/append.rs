@@ -49,11 +49,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         check_producer(table, stream, p)?;
     }
     records::check_match(req, stream)?;
-    let messages = if stream.json {
-        records::count(&data)
-    } else {
-        1
-    };
+    let messages = records::messages_in(stream.json, &data);
     let new_producer = producer
         .as_ref()
         .is_some_and(|p| !stream.producers.contains_key(&p.id));

@@ -13,11 +13,7 @@ pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 /// type and attributes, and its initial messages (`stream::budget`).
 fn index_bytes(key: &str, content_type: &str, attrs: &[u8], data: &[u8]) -> u64 {
     let strings = (key.len() + content_type.len() + attrs.len()) as u64;
-    let messages = match (data.is_empty(), content_type::is_json(content_type)) {
-        (true, _) => 0,
-        (false, true) => records::count(data),
-        (false, false) => 1,
-    };
+    let messages = records::messages_in(content_type::is_json(content_type), data);
     let initial = if messages == 0 {
         0
     } else {

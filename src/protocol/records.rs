@@ -46,6 +46,15 @@ pub fn count(canonical: &[u8]) -> u64 {
     memchr::memchr_iter(b'\n', canonical).count() as u64
 }
 
+/// Messages in `canonical` data: a record a line on a JSON stream, else
+/// the one message an append (or initial body) is when not empty.
+pub fn messages_in(json: bool, canonical: &[u8]) -> u64 {
+    match json {
+        true => count(canonical),
+        false => u64::from(!canonical.is_empty()),
+    }
+}
+
 /// §6.4 `Stream-Record-Match`: the append goes ahead only at this record
 /// tail; otherwise 412 with the current tail.
 pub fn check_match(req: &Request, stream: &Stream) -> Result<(), Response> {
