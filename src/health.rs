@@ -51,9 +51,7 @@ pub fn ready() -> Response {
         STARTING => "startup recovery has not finished",
         _ => "the server is shutting down",
     };
-    Response::error(503, "not_ready", why)
-        .header("retry-after", "1")
-        .header("cache-control", "no-store")
+    crate::protocol::response::retry_soon("not_ready", why).header("cache-control", "no-store")
 }
 
 fn ok() -> Response {

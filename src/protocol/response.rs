@@ -55,15 +55,21 @@ pub fn not_found(message: &str) -> Response {
     Response::error(404, "not_found", message)
 }
 
-/// A create, or a write of new messages or larger attributes, while the
-/// shard's index budget is spent (`--max-index-bytes`): retention or
-/// deletes free room.
+/// 503 with `Retry-After: 1`: a limit or a passing state refuses the
+/// request, and a retry shortly may succeed.
+pub fn retry_soon(code: &str, message: &str) -> Response {
+    Response::error(503, code, message).header("retry-after", "1")
+}
+
 /// 503 with Retry-After: storage (the disk, a blob, the log) failed in a
 /// way a retry may not meet.
 pub fn storage_unavailable(message: &str) -> Response {
-    Response::error(503, "storage_unavailable", message).header("retry-after", "1")
+    retry_soon("storage_unavailable", message)
 }
 
+/// A create, or a write of new messages or larger attributes, while the
+/// shard's index budget is spent (`--max-index-bytes`): retention or
+/// deletes free room.
 pub fn index_full() -> Response {
     Response::error(
         503,

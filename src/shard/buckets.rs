@@ -43,12 +43,10 @@ pub async fn settle(shard: &Shard, bucket: &str) {
 
 /// A bucket still frozen after [`settle`]: its DELETE is stuck (the disk).
 fn still_deleting() -> Response {
-    Response::error(
-        503,
+    crate::protocol::response::retry_soon(
         "bucket_deleting",
         "the bucket is being deleted; retry shortly",
     )
-    .header("retry-after", "1")
 }
 
 /// Whether a stream may be created in `bucket` on this shard: `Err` holds

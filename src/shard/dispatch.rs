@@ -154,12 +154,10 @@ pub(super) fn advertised(shard: &Shard, key: &str, reply: Response) -> Response 
 
 /// 503 while the shard's commit queue is full: the disk is behind.
 pub fn queue_full() -> Response {
-    Response::error(
-        503,
+    crate::protocol::response::retry_soon(
         "commit_queue_full",
         "too many writes are waiting for the disk; retry shortly",
     )
-    .header("retry-after", "1")
 }
 
 struct StreamRequest<'a> {

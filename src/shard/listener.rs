@@ -320,12 +320,10 @@ async fn drop_foreign_streams(shard: &Shard) {
 /// A connection over `--max-connections` (accepted here, or handed over
 /// with its request read): 503 with Retry-After, then close.
 async fn refuse(mut socket: monoio::net::TcpStream) {
-    let reply = crate::protocol::Response::error(
-        503,
+    let reply = crate::protocol::response::retry_soon(
         "too_many_connections",
         "this server shard is at its connection limit; retry shortly",
-    )
-    .header("retry-after", "1");
+    );
     let mut out = Vec::new();
     crate::http::render::encode(
         &reply,

@@ -12,6 +12,7 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::protocol::Response;
+use crate::protocol::response::retry_soon;
 
 /// Replies smaller than this are not counted: error bodies and small
 /// reads must always get through.
@@ -55,22 +56,18 @@ impl Drop for ReplyLease {
 
 /// The answer when request bodies already hold the shard's share.
 pub fn bodies_busy() -> Response {
-    Response::error(
-        503,
+    retry_soon(
         "requests_backlogged",
         "too many request bytes are arriving at once; retry shortly",
     )
-    .header("retry-after", "1")
 }
 
 /// The answer when the budget is spent: clients are slow to read.
 pub fn busy() -> Response {
-    Response::error(
-        503,
+    retry_soon(
         "replies_backlogged",
         "too many reply bytes wait for their clients to read them; retry shortly",
     )
-    .header("retry-after", "1")
 }
 
 #[cfg(test)]
