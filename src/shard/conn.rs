@@ -151,12 +151,14 @@ pub async fn respond(
     keep_alive: bool,
     head_request: bool,
 ) -> bool {
-    let counted = !head_request && resp.body.len() >= super::replies::COUNTED_BYTES;
+    let lease = match head_request {
+        true => Ok(None),
+        false => shard.lease_counted_reply(resp.body.len()),
+    };
     // Held until the reply is written (this function's end).
-    let lease = counted.then(|| shard.lease_reply(resp.body.len() as u64));
-    let resp = match &lease {
-        Some(None) => super::replies::busy(),
-        _ => resp,
+    let (resp, _lease) = match lease {
+        Ok(lease) => (resp, lease),
+        Err(busy) => (busy, None),
     };
     responding(shard, socket, resp.status);
     let vectored = !head_request && resp.body.len() >= VECTORED_BODY_BYTES;

@@ -324,14 +324,7 @@ async fn render_poll_body(
         .filter(|s| s.id == key.id)
         .ok_or_else(|| not_found("stream not found"))?;
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
-    let lease = match body.len() >= super::replies::COUNTED_BYTES {
-        true => Some(
-            shard
-                .lease_reply(body.len() as u64)
-                .ok_or_else(super::replies::busy)?,
-        ),
-        false => None,
-    };
+    let lease = shard.lease_counted_reply(body.len())?;
     let body = Bytes::from(body);
     Ok(SharedBody {
         key,

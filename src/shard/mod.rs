@@ -106,6 +106,20 @@ impl Shard {
         self.replies.lease(bytes, limit)
     }
 
+    /// The lease a reply body of `bytes` takes: none under
+    /// `replies::COUNTED_BYTES`; `Err` with the 503 when the budget is spent.
+    pub fn lease_counted_reply(
+        &self,
+        bytes: usize,
+    ) -> Result<Option<replies::ReplyLease>, crate::protocol::Response> {
+        if bytes < replies::COUNTED_BYTES {
+            return Ok(None);
+        }
+        self.lease_reply(bytes as u64)
+            .map(Some)
+            .ok_or_else(replies::busy)
+    }
+
     /// A lease on `bytes` of request body (`--max-request-bytes` ÷ shards).
     pub fn lease_body(&self, bytes: u64) -> Option<replies::ReplyLease> {
         let limit = self.config.max_request_bytes / self.config.cores as u64;
