@@ -52,36 +52,53 @@ pub struct Audience {
     pub signal: Rc<Signal>,
     /// Weak: the step lives while some response is still writing it (a
     /// burst), not until the next event, so an idle audience holds no chunk.
-    step: RefCell<Weak<SharedStep>>,
+    step: Latest<SharedStep>,
     /// Likewise the long-poll body rendered last.
-    body: RefCell<Weak<SharedBody>>,
+    body: Latest<SharedBody>,
+}
+
+/// What was rendered last, alive while some response still writes it.
+struct Latest<T>(RefCell<Weak<T>>);
+
+impl<T> Default for Latest<T> {
+    fn default() -> Self {
+        Latest(RefCell::new(Weak::new()))
+    }
+}
+
+impl<T> Latest<T> {
+    /// The value, when some response still holds it and it is `wanted`.
+    fn get(&self, wanted: impl FnOnce(&T) -> bool) -> Option<Rc<T>> {
+        let value = self.0.borrow().upgrade()?;
+        wanted(&value).then_some(value)
+    }
+
+    fn set(&self, value: T) -> Rc<T> {
+        let value = Rc::new(value);
+        *self.0.borrow_mut() = Rc::downgrade(&value);
+        value
+    }
 }
 
 impl Audience {
     /// The step rendered last, when it was rendered for `key` and some
     /// response is still writing it.
     pub fn step(&self, key: &StepKey) -> Option<Rc<SharedStep>> {
-        let step = self.step.borrow().upgrade()?;
-        (step.key == *key).then_some(step)
+        self.step.get(|step| step.key == *key)
     }
 
     pub fn share(&self, step: SharedStep) -> Rc<SharedStep> {
-        let step = Rc::new(step);
-        *self.step.borrow_mut() = Rc::downgrade(&step);
-        step
+        self.step.set(step)
     }
 
     /// The long-poll body rendered last, when it was rendered for `key`
     /// and some response is still writing it.
     pub fn body(&self, key: &BodyKey) -> Option<Rc<SharedBody>> {
-        let body = self.body.borrow().upgrade()?;
-        (body.key == *key).then_some(body)
+        self.body.get(|body| body.key == *key)
     }
 
     pub fn share_body(&self, body: SharedBody) -> Rc<SharedBody> {
-        let body = Rc::new(body);
-        *self.body.borrow_mut() = Rc::downgrade(&body);
-        body
+        self.body.set(body)
     }
 }
 
