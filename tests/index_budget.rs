@@ -36,6 +36,27 @@ fn fill_until_refused(s: &Server, path: &str) -> usize {
     panic!("the index budget never refused an append");
 }
 
+/// The server's `rill_index_bytes` (one shard's, with `--cores 1`).
+fn index_used(s: &Server) -> u64 {
+    let metrics = req(s.addr, "GET", "/v1/metrics", &[], b"").text();
+    let used: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("rill_index_bytes{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .expect("rill_index_bytes");
+    used as u64
+}
+
+/// extensions §4 frames of `payloads`, each behind its 4-byte length.
+fn framed(payloads: &[&[u8]]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for p in payloads {
+        body.extend_from_slice(&(p.len() as u32).to_be_bytes());
+        body.extend_from_slice(p);
+    }
+    body
+}
+
 /// Snapshot and retention at the current tail: every entry before it goes.
 fn retain_everything(s: &Server, path: &str) {
     let tail = req(s.addr, "HEAD", path, &[], b"");
@@ -132,7 +153,7 @@ fn packed_index_chunks_hold_more_appends() {
     let text = [("Content-Type", "text/plain")];
     assert_eq!(req(s.addr, "PUT", &path, &text, b"").status, 201);
     // 512 one-byte appends a request (extensions §4 frames: a 4-byte length each).
-    let frames: Vec<u8> = (0..512).flat_map(|_| [0, 0, 0, 1, b'x']).collect();
+    let frames = framed(&[&b"x"[..]; 512]);
     let batch = format!("{path}/append-batch");
     let mut accepted = 0;
     loop {
@@ -150,15 +171,9 @@ fn packed_index_chunks_hold_more_appends() {
         accepted as u64 > unpacked * 13 / 10,
         "{accepted} appends fit; unpacked, {unpacked} would"
     );
-    let metrics = req(s.addr, "GET", "/v1/metrics", &[], b"").text();
-    let used: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("rill_index_bytes{"))
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        .expect("rill_index_bytes");
     // Each request is measured before it applies: the budget holds, and
     // the refused request is the one that would have passed it.
-    let used = used as u64;
+    let used = index_used(&s);
     assert!(
         used <= budget && used + 512 * 24 > budget,
         "{used} of {budget}"
@@ -292,4 +307,72 @@ fn producers_count_against_the_budget() {
     let r = produce(refused, 0);
     assert_eq!(r.status, 503, "{}", r.text());
     assert!(r.text().contains("index_budget_full"), "{}", r.text());
+}
+
+/// A JSON frame of many records is measured by its records, not as one
+/// message: the frame that would pass the budget fails alone with 503
+/// (extensions §4.3 per-frame status) and the budget holds.
+#[test]
+fn batch_frames_of_many_records_are_measured_by_their_records() {
+    let budget: u64 = 64 << 10;
+    let s = Server::start(&["--cores", "1", "--max-index-bytes", &budget.to_string()]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/records");
+    assert_eq!(req(s.addr, "PUT", &path, &JSON, b"").status, 201);
+    // 500 records a frame: 4 KB of message ends before their chunk packs.
+    let records = format!("[{}1]", "1,".repeat(499));
+    let body = framed(&[records.as_bytes(), records.as_bytes()]);
+    let batch = format!("{path}/append-batch");
+    let refused = (0..100).find_map(|_| {
+        let r = req(s.addr, "POST", &batch, &JSON, &body);
+        if r.status == 503 {
+            return Some(r.text());
+        }
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.text().contains("index_budget_full").then(|| r.text())
+    });
+    let refused = refused.expect("the budget never refused a frame");
+    assert!(refused.contains("index_budget_full"), "{refused}");
+    let used = index_used(&s);
+    assert!(used <= budget, "{used} of {budget}");
+}
+
+/// A fork's inherited index counts against the budget like the source's:
+/// a fork that would pass it is 503, and the budget holds.
+#[test]
+fn a_forks_inherited_index_counts_against_the_budget() {
+    let budget: u64 = 256 << 10;
+    let s = Server::start(&["--cores", "1", "--max-index-bytes", &budget.to_string()]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let source = format!("/{BUCKET}/source");
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", &source, &text, b"").status, 201);
+    let frames = framed(&[&b"x"[..]; 512]);
+    while index_used(&s) < budget * 6 / 10 {
+        let r = req(
+            s.addr,
+            "POST",
+            &format!("{source}/append-batch"),
+            &text,
+            &frames,
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let from = [("Stream-Forked-From", source.as_str())];
+    let fork = req(s.addr, "PUT", &format!("/{BUCKET}/fork"), &from, b"");
+    assert_eq!(fork.status, 503, "{}", fork.text());
+    assert!(fork.text().contains("index_budget_full"), "{}", fork.text());
+    let used = index_used(&s);
+    assert!(used <= budget, "{used} of {budget}");
+    let small = format!("/{BUCKET}/small");
+    assert_eq!(req(s.addr, "PUT", &small, &text, b"abc").status, 201);
+    let from = [("Stream-Forked-From", small.as_str())];
+    let fork = req(s.addr, "PUT", &format!("/{BUCKET}/fork"), &from, b"");
+    assert_eq!(fork.status, 201, "a small fork still fits: {}", fork.text());
 }

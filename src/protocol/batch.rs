@@ -9,11 +9,12 @@
 use serde_json::Value;
 
 use super::append::{canonical, check_same_content_type, check_valid_content_type};
+use super::records::messages_in;
 use super::response::{Response, bad_request, not_found};
 use super::{Request, headers, offset};
 use crate::http::parse::Method;
 use crate::stream::budget::append_index_bytes;
-use crate::stream::{Command, Stream, Table};
+use crate::stream::{Command, Table};
 
 /// extensions §4.1: "at most 512 frames per public append-batch request
 /// and a 32 MiB total body".
@@ -132,7 +133,11 @@ fn error_message(reply: &Response) -> String {
 }
 
 /// One frame against the head state: the append to commit, or its failure.
-pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Result<Command, Ack> {
+/// A frame whose messages the index budget has no room for fails alone
+/// (503, as a plain append would), after the request-level estimate of one
+/// message a frame: a JSON frame may hold many records.
+pub fn decide_frame(key: &str, table: &Table, frame: &[u8], now_ms: u64) -> Result<Command, Ack> {
+    let stream = table.get(key).expect("the caller checked that it exists");
     if stream.closed {
         let message = "stream is closed".to_string();
         let next = Some(stream.head_tail());
@@ -152,6 +157,16 @@ pub fn decide_frame(key: &str, stream: &Stream, frame: &[u8], now_ms: u64) -> Re
         next: Some(stream.head_tail()),
         closed: false,
     })?;
+    if table.index_refuses(append_index_bytes(messages_in(stream.json, &data))) {
+        let full = super::response::index_full();
+        return Err(Ack::Failed {
+            status: full.status,
+            code: "index_budget_full",
+            message: error_message(&full),
+            next: Some(stream.head_tail()),
+            closed: false,
+        });
+    }
     Ok(Command::Append {
         key: key.to_string(),
         stream_id: stream.id,

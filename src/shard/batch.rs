@@ -47,13 +47,8 @@ pub async fn serve(
     let mut acks = Vec::with_capacity(frames.len());
     let mut ticket = None;
     for frame in frames {
-        let decided = {
-            let table = shard.table.borrow();
-            let stream = table
-                .get(key)
-                .expect("checked above; nothing awaited since");
-            batch::decide_frame(key, stream, frame, now_ms)
-        };
+        // Checked above that the stream exists; nothing awaited since.
+        let decided = batch::decide_frame(key, &shard.table.borrow(), frame, now_ms);
         match decided {
             Ok(command) => {
                 let first = shard.table.borrow().get(key).map(|s| s.messages.next());

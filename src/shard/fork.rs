@@ -17,8 +17,9 @@ use super::placement::shard_of;
 use super::store::{self, FetchError};
 use super::{Shard, buckets, mesh::MeshMsg, snapshot};
 use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
-use crate::protocol::response::{not_found, storage_unavailable};
+use crate::protocol::response::{index_full, not_found, storage_unavailable};
 use crate::protocol::{Request, Response, offset, records};
+use crate::stream::budget::{STREAM_BYTES, append_index_bytes};
 use crate::stream::codec::Entry;
 use crate::stream::table::incarnation_id;
 use crate::stream::{Command, ForkOrigin};
@@ -150,12 +151,8 @@ pub async fn create(
             .await
             .map_or_else(|e| e.response(), |()| reply);
     }
-    if shard
-        .table
-        .borrow()
-        .index_refuses(crate::stream::budget::STREAM_BYTES)
-    {
-        return crate::protocol::response::index_full();
+    if shard.table.borrow().index_refuses(STREAM_BYTES) {
+        return index_full();
     }
     let (tx, rx) = flume::bounded(CHANNEL_DEPTH);
     let owner = shard_of(&request.source, shard.shards());
@@ -173,6 +170,12 @@ pub async fn create(
         Ok(Lent::Plan(Err(reply)) | Lent::Failed(reply)) => return reply,
         _ => return storage_unavailable("the source's shard did not answer"),
     };
+    // Each inherited append is a message at least: a fork the budget has
+    // no room for is refused before it copies (exactly, after).
+    let inherited = append_index_bytes(1).saturating_mul(plan.pieces.len() as u64);
+    if shard.table.borrow().index_refuses(inherited + STREAM_BYTES) {
+        return index_full();
+    }
     let config = match fork::configure(&request, &plan, req.body) {
         Ok(config) => config,
         Err(reply) => return reply,
@@ -200,7 +203,12 @@ pub async fn create(
     if let Some(Err(reply)) = bucket.map(|b| buckets::admits_create(shard, b)) {
         return reply;
     }
-    // After that check, with no await before the submit: no other fork of
+    let mut data = prefix;
+    data.extend_from_slice(&config.body);
+    if index_refuses_fork(shard, id, json, &data) {
+        return index_full();
+    }
+    // After these checks, with no await before the submit: no other fork of
     // this key can take the blob's name meanwhile.
     let _inherited = match (&plan.snapshot, &source_blob) {
         (Some(snap), Some(from)) => match snapshot::adopt_blob(shard, from, id, snap) {
@@ -211,8 +219,6 @@ pub async fn create(
         },
         _ => None,
     };
-    let mut data = prefix;
-    data.extend_from_slice(&config.body);
     let command = Command::Fork {
         key: req.key.to_string(),
         content_type: config.content_type,
@@ -233,6 +239,17 @@ pub async fn create(
         Ok(()) => created(shard, req, plan.anchor),
         Err(e) => e.response(),
     }
+}
+
+/// Whether the fork incarnation `id`, with its staged inherited data and
+/// its own `data`, would take the shard past its index budget.
+fn index_refuses_fork(shard: &Shard, id: u64, json: bool, data: &[u8]) -> bool {
+    let table = shard.table.borrow();
+    let own = match records::messages_in(json, data) {
+        0 => 0,
+        messages => append_index_bytes(messages),
+    };
+    table.index_refuses(STREAM_BYTES + table.staged_index_bytes(id) + own)
 }
 
 /// A fork's staging area, dropped however the fork ends (committed, failed,

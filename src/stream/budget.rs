@@ -45,10 +45,17 @@ pub const PRODUCER_BYTES: u64 =
     (std::mem::size_of::<String>() + std::mem::size_of::<super::state::ProducerState>() + 16 + 256)
         as u64;
 
+/// A message end in the index until its chunk is packed.
+pub const END_BYTES: u64 = 8;
+/// An append's extent in the index until its chunk is packed.
+pub const EXTENT_BYTES: u64 = 16;
+
 /// Index bytes an append of `messages` messages adds until its chunk is
-/// packed: a message end (8 B) each and one extent (16 B).
+/// packed: a message end each and one extent.
 pub fn append_index_bytes(messages: u64) -> u64 {
-    messages.saturating_mul(8).saturating_add(16)
+    messages
+        .saturating_mul(END_BYTES)
+        .saturating_add(EXTENT_BYTES)
 }
 
 impl Stream {

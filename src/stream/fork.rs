@@ -7,6 +7,7 @@
 //! each shard counts the forks it holds per source incarnation, which
 //! decides between delete and soft delete of a source.
 
+use super::budget::{END_BYTES, EXTENT_BYTES};
 use super::command::{Command, ForkOrigin};
 use super::data::{Extent, StreamData};
 use super::records::RecordIndex;
@@ -49,6 +50,15 @@ impl Table {
     /// which recovery ignores and the cleaner reclaims).
     pub fn unstage(&mut self, stream_id: u64) {
         self.staged.remove(&stream_id);
+    }
+
+    /// Index memory the fork incarnation `stream_id`'s staged data will
+    /// take once its FORK applies (unpacked, as `append_index_bytes` counts).
+    pub fn staged_index_bytes(&self, stream_id: u64) -> u64 {
+        self.staged.get(&stream_id).map_or(0, |staged| {
+            let extents = staged.extents.len() as u64 * EXTENT_BYTES;
+            extents.saturating_add(staged.ends.len() as u64 * END_BYTES)
+        })
     }
 
     /// Whether a fork copy is in flight (the cleaner must not move or drop
