@@ -306,7 +306,7 @@ async fn copy(
         };
         let len = bytes.len() as u64;
         let ends = match json {
-            true => memchr::memchr_iter(b'\n', &bytes)
+            true => crate::stream::newlines::positions(&bytes)
                 .map(|i| start + i as u64 + 1)
                 .collect(),
             false => vec![start + len],

@@ -9,6 +9,7 @@ pub mod codec;
 pub mod command;
 pub mod data;
 pub mod fork;
+pub mod newlines;
 mod placed;
 pub mod rebuild;
 pub mod records;

@@ -287,7 +287,7 @@ impl Rebuild {
         json: bool,
     ) -> u32 {
         let newlines: Vec<u64> = match json {
-            true => memchr::memchr_iter(b'\n', data)
+            true => super::newlines::positions(data)
                 .map(|i| start + i as u64 + 1)
                 .collect(),
             false => Vec::new(),

@@ -597,7 +597,7 @@ pub(super) fn push_data(stream: &mut Stream, data: Vec<u8>) {
     }
     let base = stream.head_tail();
     if stream.json {
-        let ends = memchr::memchr_iter(b'\n', &data).map(|newline| base + newline as u64 + 1);
+        let ends = super::newlines::positions(&data).map(|newline| base + newline as u64 + 1);
         stream.messages.extend(ends);
     } else {
         stream.messages.push(base + data.len() as u64);
