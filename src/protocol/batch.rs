@@ -136,8 +136,25 @@ fn error_message(reply: &Response) -> String {
 /// A frame whose messages the index budget has no room for fails alone
 /// (503, as a plain append would), after the request-level estimate of one
 /// message a frame: a JSON frame may hold many records.
-pub fn decide_frame(key: &str, table: &Table, frame: &[u8], now_ms: u64) -> Result<Command, Ack> {
-    let stream = table.get(key).expect("the caller checked that it exists");
+///
+/// `incarnation` is the stream the request was checked against: a frame
+/// after the stream was deleted (or deleted and created again) is a 404.
+pub fn decide_frame(
+    key: &str,
+    incarnation: Option<u64>,
+    table: &Table,
+    frame: &[u8],
+    now_ms: u64,
+) -> Result<Command, Ack> {
+    let Some(stream) = table.get(key).filter(|s| Some(s.id) == incarnation) else {
+        return Err(Ack::Failed {
+            status: 404,
+            code: "not_found",
+            message: "the stream was deleted while the batch was applied".to_string(),
+            next: None,
+            closed: false,
+        });
+    };
     if stream.closed {
         let message = "stream is closed".to_string();
         let next = Some(stream.head_tail());
@@ -296,5 +313,37 @@ mod tests {
         );
         assert_eq!(body[1]["stream_closed"], true);
         assert_eq!(body[1]["error_code"], "stream_closed");
+    }
+
+    fn created(table: &mut Table, key: &str, now_ms: u64) -> u64 {
+        table.apply(Command::Create {
+            key: key.to_string(),
+            content_type: "application/json".to_string(),
+            ttl_secs: None,
+            expires_at: None,
+            expires_at_ms: None,
+            closed: false,
+            data: Vec::new(),
+            now_ms,
+            attrs: Vec::new(),
+        });
+        table.get(key).unwrap().id
+    }
+
+    #[test]
+    fn a_frame_after_its_stream_was_replaced_is_not_found() {
+        let mut table = Table::default();
+        let first = created(&mut table, "b/s", 1);
+        assert!(decide_frame("b/s", Some(first), &table, b"[1,2]", 1).is_ok());
+        table.apply(Command::Delete {
+            key: "b/s".to_string(),
+            stream_id: first,
+        });
+        let gone = decide_frame("b/s", Some(first), &table, b"[1]", 2).unwrap_err();
+        assert!(matches!(gone, Ack::Failed { status: 404, .. }), "{gone:?}");
+        let second = created(&mut table, "b/s", 3);
+        assert_ne!(first, second);
+        let replaced = decide_frame("b/s", Some(first), &table, b"[1]", 4).unwrap_err();
+        assert!(matches!(replaced, Ack::Failed { status: 404, .. }), "{replaced:?}");
     }
 }

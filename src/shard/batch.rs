@@ -5,6 +5,7 @@
 use std::rc::Rc;
 
 use super::Shard;
+use super::commit::CommitError;
 use crate::http::parse::RequestHead;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
@@ -22,6 +23,24 @@ fn appended(shard: &Shard, key: &str, first: Option<u64>) -> Ack {
             (true, Some(first)) => Some((first, stream.messages.next())),
             _ => None,
         },
+    }
+}
+
+/// Frame bytes decided between two yields to the shard's other tasks.
+const YIELD_BYTES: usize = 1 << 20;
+
+/// The ack of a frame whose commit failed.
+fn not_committed(error: &CommitError) -> Ack {
+    let code = match error.no_space {
+        true => "insufficient_storage",
+        false => "storage_unavailable",
+    };
+    Ack::Failed {
+        status: error.response().status,
+        code,
+        message: error.message.clone(),
+        next: None,
+        closed: false,
     }
 }
 
@@ -44,44 +63,40 @@ pub async fn serve(
         Ok(frames) => frames,
         Err(reply) => return reply,
     };
+    let incarnation = shard.table.borrow().get(key).map(|s| s.id);
     let mut acks = Vec::with_capacity(frames.len());
-    let mut ticket = None;
+    let mut tickets = Vec::with_capacity(frames.len());
+    let mut since_yield = 0;
     for frame in frames {
-        // Checked above that the stream exists; nothing awaited since.
-        let decided = batch::decide_frame(key, &shard.table.borrow(), frame, now_ms);
+        // Frames are separate appends (§4.3 "not an atomic multi-frame
+        // transaction"): a large batch lets the shard's other clients in
+        // between them, and each frame finds its stream again.
+        if since_yield >= YIELD_BYTES {
+            Shard::yield_to_others().await;
+            since_yield = 0;
+        }
+        since_yield += frame.len();
+        let decided = batch::decide_frame(key, incarnation, &shard.table.borrow(), frame, now_ms);
         match decided {
             Ok(command) => {
                 let first = shard.table.borrow().get(key).map(|s| s.messages.next());
-                ticket = Some(shard.submit(vec![command]));
+                tickets.push((acks.len(), shard.submit(vec![command])));
                 acks.push(appended(shard, key, first));
             }
             Err(failed) => acks.push(failed),
         }
     }
     shard.table.borrow_mut().touch(key, now_ms);
-    let committed = match ticket {
-        Some(ticket) => ticket.await,
-        None => shard.barrier().await,
-    };
-    if let Err(error) = committed {
-        let failed = error.response();
-        for ack in acks
-            .iter_mut()
-            .filter(|a| matches!(a, Ack::Appended { .. }))
-        {
-            let message = error.message.clone();
-            let code = if error.no_space {
-                "insufficient_storage"
-            } else {
-                "storage_unavailable"
-            };
-            *ack = Ack::Failed {
-                status: failed.status,
-                code,
-                message,
-                next: None,
-                closed: false,
-            };
+    if tickets.is_empty() {
+        // The failures report the head state: answer once it is committed
+        // (or failed: the acks stand, as no frame of this request applied).
+        let _ = shard.barrier().await;
+    }
+    // Frames on either side of a yield may commit in different batches,
+    // and a failed batch undoes only what was submitted before it.
+    for (frame, ticket) in tickets {
+        if let Err(error) = ticket.await {
+            acks[frame] = not_committed(&error);
         }
     }
     batch::render(&acks)

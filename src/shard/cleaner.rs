@@ -121,7 +121,7 @@ async fn reap_expired(shard: &Shard) {
     for (i, key) in expired.iter().enumerate() {
         shard.reap_if_expired(key);
         if (i + 1) % REAP_CHUNK == 0 {
-            monoio::time::sleep(Duration::ZERO).await;
+            Shard::yield_to_others().await;
         }
     }
 }
@@ -157,7 +157,7 @@ async fn live_by_segment(shard: &Shard) -> HashMap<u64, u64> {
             };
             if counted >= COUNT_CHUNK {
                 counted = 0;
-                monoio::time::sleep(Duration::ZERO).await;
+                Shard::yield_to_others().await;
             }
             if done {
                 break;
@@ -217,7 +217,7 @@ async fn contents(data: &[u8]) -> Contents {
         scanned += framed_len;
         if scanned >= SCAN_CHUNK_BYTES {
             scanned = 0;
-            monoio::time::sleep(Duration::ZERO).await;
+            Shard::yield_to_others().await;
         }
         let Ok(entry) = codec::decode(record.kind, record.payload) else {
             continue;

@@ -126,6 +126,12 @@ impl Shard {
         self.bodies.lease(bytes, limit)
     }
 
+    /// Lets the shard's other tasks run: work that would otherwise hold the
+    /// thread for a large request or a pass over much data pauses here.
+    pub async fn yield_to_others() {
+        monoio::time::sleep(std::time::Duration::ZERO).await;
+    }
+
     /// Applies decided commands to the head state and queues their log
     /// records; the ticket completes once all of them are committed.
     pub fn submit(&self, commands: Vec<Command>) -> Ticket {
