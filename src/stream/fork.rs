@@ -127,7 +127,7 @@ impl Table {
         let id = incarnation_id(&key, now_ms);
         let staged = self.staged.remove(&id).unwrap_or_default();
         let mut messages = RecordIndex::starting_at(first_record, retained);
-        staged.ends.iter().for_each(|&end| messages.push(end));
+        messages.extend(staged.ends.iter().copied());
         assert_eq!(
             messages.end(),
             start,
