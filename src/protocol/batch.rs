@@ -344,6 +344,9 @@ mod tests {
         let second = created(&mut table, "b/s", 3);
         assert_ne!(first, second);
         let replaced = decide_frame("b/s", Some(first), &table, b"[1]", 4).unwrap_err();
-        assert!(matches!(replaced, Ack::Failed { status: 404, .. }), "{replaced:?}");
+        assert!(
+            matches!(replaced, Ack::Failed { status: 404, .. }),
+            "{replaced:?}"
+        );
     }
 }

@@ -11,9 +11,55 @@ pub fn essence(content_type: &str) -> String {
         .to_ascii_lowercase()
 }
 
-/// Two content types are the same stream type when their essences match.
+/// Two content types are the same stream type (PROTOCOL.md §5.2 "MUST
+/// match") when their essences match and they do not name different
+/// charsets: bytes of one would be misread as the other. A charset only one
+/// of them gives is no difference (`application/json` and
+/// `application/json; charset=utf-8` are one type); other parameters are
+/// not compared.
 pub fn same(a: &str, b: &str) -> bool {
     essence(a) == essence(b)
+        && match (charset(a), charset(b)) {
+            (Some(x), Some(y)) => x.eq_ignore_ascii_case(y),
+            _ => true,
+        }
+}
+
+/// Whether two content types are one media type with the same parameters
+/// (RFC 9110 §8.3.1: type, subtype, parameter names and the charset's value
+/// are case-insensitive; space around the separators is not significant).
+pub fn identical(a: &str, b: &str) -> bool {
+    canonical(a) == canonical(b)
+}
+
+/// `content_type` with the case-insensitive parts lowercased and the space
+/// around separators removed.
+fn canonical(content_type: &str) -> Vec<String> {
+    let mut parts = content_type.split(';').map(str::trim);
+    let mut out = vec![parts.next().unwrap_or("").to_ascii_lowercase()];
+    for parameter in parts.filter(|p| !p.is_empty()) {
+        let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+        let name = name.trim().to_ascii_lowercase();
+        let value = match name == "charset" {
+            true => value.trim().to_ascii_lowercase(),
+            false => value.trim().to_string(),
+        };
+        out.push(format!("{name}={value}"));
+    }
+    out
+}
+
+/// The value of a `charset` parameter, unquoted.
+fn charset(content_type: &str) -> Option<&str> {
+    content_type.split(';').skip(1).find_map(|parameter| {
+        let (name, value) = parameter.split_once('=')?;
+        let value = value.trim();
+        let value = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value);
+        name.trim().eq_ignore_ascii_case("charset").then_some(value)
+    })
 }
 
 pub fn is_json(content_type: &str) -> bool {
@@ -45,6 +91,32 @@ mod tests {
     fn compares_essence_case_insensitively() {
         assert!(same("Application/JSON; charset=utf-8", "application/json"));
         assert!(!same("text/plain", "text/html"));
+        assert!(same(
+            "text/plain; charset=UTF-8",
+            "text/plain;charset=\"utf-8\""
+        ));
+        assert!(same("text/plain; charset=latin1", "text/plain"));
+        assert!(!same(
+            "text/plain; charset=utf-8",
+            "text/plain; Charset=latin1"
+        ));
+        assert!(same(
+            "text/plain; format=flowed",
+            "text/plain; format=fixed"
+        ));
+        assert!(identical(
+            "APPLICATION/Octet-Stream",
+            "application/octet-stream"
+        ));
+        assert!(identical(
+            "text/plain;Charset=UTF-8",
+            "text/plain; charset=utf-8"
+        ));
+        assert!(!identical(
+            "text/plain; format=Flowed",
+            "text/plain; format=flowed"
+        ));
+        assert!(!identical("text/plain", "text/plain; charset=utf-8"));
         assert!(is_json("application/json;charset=UTF-8"));
         assert!(is_sse_text("text/plain") && !is_sse_text("application/octet-stream"));
         assert!(is_valid("application/vnd.x+json") && !is_valid("nonsense") && !is_valid("a/"));

@@ -77,6 +77,12 @@ pub fn is_valid_stream_id(id: &str) -> bool {
         && !id.contains("..")
 }
 
+/// The answer to a path whose bucket breaks §1.1's pattern.
+const INVALID_BUCKET: &str = "bucket_id must match ^[a-z0-9_-]{4,64}$";
+
+/// The local stream ID that names a bucket's listing (extensions §1.1).
+const LISTING: &str = "streams";
+
 pub fn route(raw_path: &str) -> Target {
     if let Some(rest) = raw_path.strip_prefix(V1_PREFIX) {
         return route_v1_stream(rest);
@@ -86,14 +92,15 @@ pub fn route(raw_path: &str) -> Target {
             "/v1/health" | "/v1/health/live" => Target::Health,
             "/v1/health/ready" => Target::Ready,
             "/v1/metrics" => Target::Metrics,
-            _ => Target::NotFound,
+            // Any other path here is in the bucket `v1`, which §1.1's
+            // pattern rules out: the invalid bucket's 400 (§1.2).
+            _ => Target::Invalid(INVALID_BUCKET),
         };
     }
     let segments: Vec<&str> = raw_path.trim_start_matches('/').split('/').collect();
     match segments.as_slice() {
         [""] => Target::NotFound,
         [bucket] => bucket_target(bucket, |b| Target::Bucket { bucket: b }),
-        [bucket, "streams"] => bucket_target(bucket, |b| Target::BucketStreams { bucket: b }),
         [bucket, stream] => bucket_stream(bucket, stream, None),
         [bucket, stream, resource] => bucket_stream(bucket, stream, Some(resource)),
         [bucket, stream, kind @ ("snapshot" | "retention"), offset] => match percent_decode(offset)
@@ -135,7 +142,7 @@ fn route_v1_stream(rest: &str) -> Target {
 fn bucket_target(raw: &str, make: impl Fn(String) -> Target) -> Target {
     match percent_decode(raw) {
         Ok(bucket) if is_valid_bucket_id(&bucket) => make(bucket),
-        _ => Target::Invalid("bucket_id must match ^[a-z0-9_-]{4,64}$"),
+        _ => Target::Invalid(INVALID_BUCKET),
     }
 }
 
@@ -144,11 +151,21 @@ fn bucket_stream(raw_bucket: &str, raw_stream: &str, resource: Option<&str>) -> 
         return Target::Invalid("bucket_id is not valid percent-encoding");
     };
     if !is_valid_bucket_id(&bucket) {
-        return Target::Invalid("bucket_id must match ^[a-z0-9_-]{4,64}$");
+        return Target::Invalid(INVALID_BUCKET);
     }
     let Ok(stream) = percent_decode(raw_stream) else {
         return Target::Invalid("stream_id is not valid percent-encoded UTF-8");
     };
+    // extensions §1.1: `streams` is the listing's, however it is spelled
+    // (`%73treams` is the same path, RFC 3986 §6.2.2.2).
+    if stream == LISTING {
+        return match resource {
+            None => Target::BucketStreams { bucket },
+            Some(_) => {
+                Target::Invalid("the stream_id `streams` is reserved for the bucket listing")
+            }
+        };
+    }
     let key = format!("{bucket}/{stream}");
     if !is_valid_stream_id(&stream) || key.len() > MAX_BUCKET_KEY_BYTES {
         return Target::Invalid("stream_id is invalid or the bucket/stream key exceeds 122 bytes");
@@ -218,6 +235,18 @@ mod tests {
             route(&format!("/agents/{fits}")),
             Target::Stream { .. }
         ));
+        assert_eq!(
+            route("/agents/%73treams"),
+            Target::BucketStreams {
+                bucket: "agents".into()
+            }
+        );
+        assert!(matches!(
+            route("/agents/streams/bootstrap"),
+            Target::Invalid(_)
+        ));
+        assert!(matches!(route("/v1"), Target::Invalid(_)));
+        assert!(matches!(route("/v1/x"), Target::Invalid(_)));
         assert_eq!(route("/v1/health"), Target::Health);
         assert_eq!(route("/v1/health/live"), Target::Health);
         assert_eq!(route("/v1/health/ready"), Target::Ready);

@@ -6,7 +6,7 @@
 use xxhash_rust::xxh3::xxh3_128;
 
 use super::response::{Response, bad_request, conflict, not_found};
-use super::{Request, offset, records};
+use super::{Request, content_type, offset, records};
 use crate::stream::{Snapshot, Stream};
 
 /// What a publish must do.
@@ -87,7 +87,11 @@ pub fn decide_publish(
     // A repeat of the visible snapshot succeeds (§2.2 "MUST succeed") even
     // with the Stream-Snapshot-Match its first send carried, now stale.
     if let Some(current) = stream.snapshot.as_ref().filter(|s| s.offset == at) {
-        if current.digest != digest {
+        // "the same content type": the same media type however its
+        // case-insensitive parts are spelled; the digest stays the first's.
+        let same = content_type::identical(&current.content_type, &content_type)
+            && self::digest(&current.content_type, req.body) == current.digest;
+        if !same {
             return Err(conflict(
                 "snapshot_exists",
                 "a different snapshot is published at this offset",

@@ -1,0 +1,111 @@
+//! How a request's spelling maps onto names and types: the reserved listing
+//! name however it is percent-encoded and the `/v1` prefix as a bucket
+//! (extensions §1.1-§1.2), content types that match or conflict (PROTOCOL.md
+//! §5.1-§5.2, extensions §4.1), and a snapshot repeat whose media type is
+//! spelled in another case (extensions §2.2).
+
+mod common;
+
+use common::{Server, enc, req};
+
+const BUCKET: &str = "names";
+
+fn server() -> Server {
+    let s = Server::start(&["--cores", "2"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    s
+}
+
+#[test]
+fn the_listing_name_is_reserved_however_it_is_spelled() {
+    let s = server();
+    let text = [("Content-Type", "text/plain")];
+    for spelling in ["streams", "%73treams", "%73%74reams"] {
+        let path = format!("/{BUCKET}/{spelling}");
+        let r = req(s.addr, "PUT", &path, &text, b"hi");
+        assert_eq!(r.status, 405, "PUT {path}: {}", r.text());
+        let listing = req(s.addr, "GET", &path, &[], b"");
+        assert_eq!(listing.status, 200, "GET {path}: {}", listing.text());
+        assert!(
+            listing.text().contains("\"streams\":[]"),
+            "{}",
+            listing.text()
+        );
+        let sub = req(s.addr, "GET", &format!("{path}/bootstrap"), &[], b"");
+        assert_eq!(sub.status, 400, "a sub-resource of {path}: {}", sub.text());
+    }
+}
+
+#[test]
+fn v1_is_an_invalid_bucket_outside_the_upstream_routes() {
+    let s = server();
+    for (method, path) in [
+        ("PUT", "/v1"),
+        ("GET", "/v1"),
+        ("DELETE", "/v1"),
+        ("PUT", "/v1/x"),
+    ] {
+        let r = req(s.addr, method, path, &[], b"");
+        assert_eq!(r.status, 400, "{method} {path}: {}", r.text());
+        assert!(r.text().contains("bucket_id"), "{}", r.text());
+    }
+    assert_eq!(req(s.addr, "GET", "/v1/metrics", &[], b"").status, 200);
+    assert_eq!(req(s.addr, "GET", "/v1/stream/", &[], b"").status, 404);
+}
+
+#[test]
+fn different_charsets_conflict_and_a_missing_one_matches() {
+    let s = server();
+    for path in [
+        format!("/{BUCKET}/text"),
+        "/v1/stream/names-text".to_string(),
+    ] {
+        let utf8 = [("Content-Type", "text/plain; charset=utf-8")];
+        let latin1 = [("Content-Type", "text/plain; charset=latin1")];
+        assert_eq!(req(s.addr, "PUT", &path, &utf8, b"").status, 201);
+        let conflict = req(s.addr, "POST", &path, &latin1, b"x");
+        assert_eq!(conflict.status, 409, "{path}: {}", conflict.text());
+        assert_eq!(req(s.addr, "PUT", &path, &latin1, b"").status, 409);
+        for matching in ["text/plain", "TEXT/PLAIN;CHARSET=\"UTF-8\""] {
+            let r = req(s.addr, "POST", &path, &[("Content-Type", matching)], b"y");
+            assert_eq!(r.status, 204, "{path} {matching}: {}", r.text());
+        }
+        assert_eq!(req(s.addr, "PUT", &path, &utf8, b"").status, 200);
+    }
+    let batch = format!("/{BUCKET}/text/append-batch");
+    let frame = [0, 0, 0, 1, b'z'];
+    let latin1 = [("Content-Type", "text/plain; charset=latin1")];
+    assert_eq!(req(s.addr, "POST", &batch, &latin1, &frame).status, 409);
+}
+
+#[test]
+fn a_snapshot_repeat_may_spell_its_media_type_in_another_case() {
+    let s = server();
+    let path = format!("/{BUCKET}/snap");
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", &path, &octets, b"abc").status, 201);
+    let tail = req(s.addr, "HEAD", &path, &[], b"");
+    let at = enc(tail.header("stream-next-offset").unwrap());
+    let snapshot = format!("{path}/snapshot/{at}");
+    let first = req(s.addr, "PUT", &snapshot, &octets, b"S1");
+    assert_eq!(first.status, 204, "{}", first.text());
+    let digest = first.header("stream-snapshot-digest").unwrap().to_string();
+    let upper = [("Content-Type", "APPLICATION/OCTET-STREAM")];
+    let repeat = req(s.addr, "PUT", &snapshot, &upper, b"S1");
+    assert_eq!(repeat.status, 204, "{}", repeat.text());
+    assert_eq!(
+        repeat.header("stream-snapshot-digest"),
+        Some(digest.as_str())
+    );
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", &snapshot, &text, b"S1").status, 409);
+    assert_eq!(req(s.addr, "PUT", &snapshot, &upper, b"S2").status, 409);
+    let read = req(s.addr, "GET", &snapshot, &[], b"");
+    assert_eq!(
+        read.header("content-type"),
+        Some("application/octet-stream")
+    );
+}
