@@ -161,8 +161,9 @@ OPTIONS:
                                 segments); interval:MS: acknowledge after the write and
                                 fdatasync every MS (may lose MS of writes on a crash)
                                 [default: always]
-    --segment-bytes N           log segment size, a multiple of 4096, at least
-                                --max-body-bytes + 64 KiB, at most 4 GiB [default: 67108864]
+    --segment-bytes N           log segment size, a multiple of 4096, at least --max-body-bytes
+                                + 64 KiB (+ --max-head-bytes + 16 KiB when more), at most 4 GiB
+                                [default: 67108864]
     --cache-bytes N             stream bytes cached in memory over all shards; older data is
                                 read from the log [default: 268435456]
     --clean-interval-ms MS      how often the cleaner reclaims segments of deleted data
@@ -338,13 +339,17 @@ impl Config {
         {
             return Err("timeouts must be positive".into());
         }
+        // Room for the largest record: a body with its head's strings (key,
+        // content type, attributes, Stream-Seq) and the entry's own fields.
+        let head_room = (64 << 10).max(self.max_head_bytes as u64 + (16 << 10));
+        let largest_record = self.max_body_bytes + head_room;
         if !self.segment_bytes.is_multiple_of(4096)
-            || self.segment_bytes < self.max_body_bytes + (64 << 10)
+            || self.segment_bytes < largest_record
             || self.segment_bytes > MAX_SEGMENT_BYTES
         {
             return Err(
-                "--segment-bytes must be a multiple of 4096, at least --max-body-bytes + 65536 \
-                 and at most 4 GiB"
+                "--segment-bytes must be a multiple of 4096, at least --max-body-bytes + \
+                 64 KiB (or + --max-head-bytes + 16 KiB when that is more) and at most 4 GiB"
                     .into(),
             );
         }
@@ -496,6 +501,17 @@ mod tests {
         assert!(Config::from_args(&args(&["--segment-bytes", &most])).is_ok());
         let over = ((1u64 << 32) + 4096).to_string();
         assert!(Config::from_args(&args(&["--segment-bytes", &over])).is_err());
+    }
+
+    #[test]
+    fn a_segment_holds_the_largest_body_with_its_head() {
+        let with = |extra: &[&str]| {
+            let base = ["--max-body-bytes", "65536", "--segment-bytes", "131072"];
+            Config::from_args(&args(&[&base[..], extra].concat()))
+        };
+        assert!(with(&[]).is_ok());
+        assert!(with(&["--max-head-bytes", "49152"]).is_ok());
+        assert!(with(&["--max-head-bytes", "53248"]).is_err());
     }
 }
 

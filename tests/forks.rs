@@ -548,3 +548,40 @@ fn a_sub_offset_past_u64_is_an_overshoot() {
     }
     must(&s, "GET", "/v1/health", &[], b"", 200);
 }
+
+/// A fork's first message is its sub-offset prefix and its body, one log
+/// record: past `--max-body-bytes` together it is 413, and the server goes
+/// on (a record past a segment aborted the process).
+#[test]
+fn a_prefix_and_body_past_the_body_limit_are_413() {
+    let s = start(&[
+        "--cores",
+        "1",
+        "--max-body-bytes",
+        "65536",
+        "--segment-bytes",
+        "131072",
+    ]);
+    let full = noise(1, 65_536);
+    for prefix in SURFACES {
+        let src = path_on(prefix, "big-prefix", 0);
+        must(&s, "PUT", &src, &[("Content-Type", BIN)], &full, 201);
+        let anchor = next(&must(&s, "HEAD", &src, &[], b"", 200));
+        must(&s, "POST", &src, &[("Content-Type", BIN)], &full, 204);
+        let sub = (full.len() - 1).to_string();
+        let headers = [(FROM, src.as_str()), (FO, &anchor), (SUB, &sub)];
+        let f = path_on(prefix, "big-prefix-fork", 0);
+        let r = common::req(s.addr, "PUT", &f, &headers, &full);
+        expect(&r, 413, &format!("{prefix}: prefix + body"));
+        assert_eq!(status(&s, "HEAD", &f), 404, "no fork was made");
+        let fits = common::req(s.addr, "PUT", &f, &headers, b"x");
+        expect(&fits, 201, &format!("{prefix}: prefix + one byte"));
+        let (data, _, _) = read_from(&s, &f, &anchor);
+        same_bytes(
+            &data,
+            &[&full[..full.len() - 1], b"x"].concat(),
+            "the fork's own data",
+        );
+    }
+    must(&s, "GET", "/v1/health", &[], b"", 200);
+}

@@ -162,10 +162,14 @@ impl<S: Storage + 'static> Appender<S> {
     /// the caller rolls back everything it had not seen committed.
     /// Returns where the first record landed.
     pub async fn append(&mut self, records: &[u8], sync: bool) -> io::Result<LogEnd> {
-        assert!(
-            records.len() as u64 <= self.segment_bytes,
-            "batch larger than a segment"
-        );
+        // Requests are bounded so that no record is this large; one that is
+        // (a segment size lowered under older data) fails its batch alone.
+        if records.len() as u64 > self.segment_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a record larger than a segment",
+            ));
+        }
         self.scrub().await?;
         if self.write_pos + records.len() as u64 > self.segment_bytes {
             self.roll().await?;

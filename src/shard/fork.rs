@@ -180,6 +180,17 @@ pub async fn create(
         Ok(config) => config,
         Err(reply) => return reply,
     };
+    // The sub-offset prefix and the body are one message of the fork, one
+    // record in the log: no larger than a message may be (a record past a
+    // segment could not be written).
+    let first_message = (plan.prefix_end - plan.anchor).saturating_add(config.body.len() as u64);
+    if first_message > shard.config.max_body_bytes {
+        return Response::error(
+            413,
+            "body_too_large",
+            "the sub-offset prefix and the body together exceed --max-body-bytes",
+        );
+    }
     let now_ms = shard.table.borrow().create_stamp(req.key, req.now_ms);
     let id = incarnation_id(req.key, now_ms);
     let json = crate::protocol::content_type::is_json(&config.content_type);
