@@ -65,28 +65,38 @@ pub fn framed_len(payload_len: usize) -> usize {
 /// Appends one framed record to `out`; returns the framed length. Asserts
 /// kind != 0 and payload <= MAX.
 pub fn encode(kind: u8, seq: u64, payload: &[u8], out: &mut Vec<u8>) -> usize {
-    assert_ne!(kind, 0, "record kind 0 is reserved for zero-filled space");
-    let framed = framed_len(payload.len());
+    encode_with(seq, out, |out| {
+        out.extend_from_slice(payload);
+        (kind, ())
+    })
+    .0
+}
+
+/// `encode` of the payload `write` appends to `out` (returning the record's
+/// kind), written in place behind the header rather than built apart and
+/// copied; returns the framed length and what `write` returned besides.
+pub fn encode_with<T>(
+    seq: u64,
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> (u8, T),
+) -> (usize, T) {
     let start = out.len();
-    let header = checked_header(kind, seq, payload.len());
-    out.reserve(framed);
-    out.extend_from_slice(&header);
-    out.extend_from_slice(&checksum(&header, payload).to_le_bytes());
-    out.extend_from_slice(payload);
+    out.resize(start + HEADER_BYTES, 0);
+    let (kind, returned) = write(out);
+    assert_ne!(kind, 0, "record kind 0 is reserved for zero-filled space");
+    let payload_len = out.len() - start - HEADER_BYTES;
+    let framed = framed_len(payload_len);
+    let header = checked_header(kind, seq, payload_len);
+    let sum = checksum(&header, &out[start + HEADER_BYTES..]);
+    out[start..start + CHECKED_HEADER_BYTES].copy_from_slice(&header);
+    out[start + CHECKED_HEADER_BYTES..start + HEADER_BYTES].copy_from_slice(&sum.to_le_bytes());
     out.resize(start + framed, 0);
-    debug_assert_eq!(
+    debug_assert!(matches!(
         decode(&out[start..]),
-        Decoded::Record {
-            record: Record {
-                kind,
-                flags: 0,
-                seq,
-                payload
-            },
-            framed_len: framed
-        }
-    );
-    framed
+        Decoded::Record { record, framed_len }
+            if record.kind == kind && record.seq == seq && framed_len == framed
+    ));
+    (framed, returned)
 }
 
 /// Sets the flags of the encoded record at the start of `frame` (which holds

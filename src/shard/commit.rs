@@ -185,11 +185,13 @@ impl Commits {
     pub fn enqueue(&self, entry: &Entry) -> Queued {
         let seq = self.next_seq.get();
         self.next_seq.set(seq + 1);
-        let mut payload = Vec::new();
-        let (kind, data_at) = codec::encode_located(entry, &mut payload);
         let mut queue = self.queue.borrow_mut();
         let start = queue.bytes.len();
-        format::encode(kind, seq, &payload, &mut queue.bytes);
+        // Encoded straight behind its header: a 32 MiB append is not built
+        // apart and copied once more.
+        let (_, data_at) = format::encode_with(seq, &mut queue.bytes, |out| {
+            codec::encode_located(entry, out)
+        });
         queue.records.push((start, seq));
         self.wake_writer.notify();
         Queued {
