@@ -585,3 +585,40 @@ fn a_prefix_and_body_past_the_body_limit_are_413() {
     }
     must(&s, "GET", "/v1/health", &[], b"", 200);
 }
+
+/// §4.2 idempotent fork creation follows §5.1: a re-PUT that asks for no
+/// lifetime asks to inherit the source's, so it conflicts with a fork that
+/// has one of its own, and matches one that inherited; also after a restart.
+#[test]
+fn a_fork_re_put_without_a_lifetime_matches_only_an_inherited_one() {
+    let mut s = start(&["--cores", "2"]);
+    let text = ("Content-Type", "text/plain");
+    let src = path_on(SURFACES[0], "life-src", 0);
+    must(&s, "PUT", &src, &[text, ("Stream-TTL", "50")], b"abcd", 201);
+    let at = next(&must(&s, "HEAD", &src, &[], b"", 200));
+    let own = path_on(SURFACES[0], "life-own", 1);
+    let inherited = path_on(SURFACES[0], "life-inherited", 1);
+    let base = [text, (FROM, src.as_str()), (FO, at.as_str())];
+    let with_ttl = [&base[..], &[("Stream-TTL", "100")]].concat();
+    must(&s, "PUT", &own, &with_ttl, b"", 201);
+    must(&s, "PUT", &inherited, &base, b"", 201);
+    for round in ["before a restart", "after a restart"] {
+        let what = |w: &str| format!("{w} {round}");
+        expect(
+            &common::req(s.addr, "PUT", &own, &base, b""),
+            409,
+            &what("own, none asked"),
+        );
+        expect(
+            &common::req(s.addr, "PUT", &own, &with_ttl, b""),
+            200,
+            &what("own, same"),
+        );
+        expect(
+            &common::req(s.addr, "PUT", &inherited, &base, b""),
+            200,
+            &what("inherited"),
+        );
+        s.restart();
+    }
+}

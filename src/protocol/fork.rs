@@ -258,8 +258,7 @@ pub fn configure(
         .content_type
         .clone()
         .unwrap_or_else(|| plan.content_type.clone());
-    let asked = fork.lifetime.ttl_secs.is_some() || fork.lifetime.expires_at_ms.is_some();
-    let lifetime = match asked {
+    let lifetime = match asks_lifetime(fork) {
         true => fork.lifetime.clone(),
         false => plan.lifetime.clone(),
     };
@@ -285,12 +284,19 @@ pub fn origin(fork: &ForkRequest, plan: &SourcePlan) -> ForkOrigin {
         source_id: plan.source_id,
         offset: plan.anchor,
         sub: fork.spec.sub,
+        own_lifetime: asks_lifetime(fork),
     }
 }
 
+/// Whether a fork request names a TTL or Expires-At of its own.
+fn asks_lifetime(fork: &ForkRequest) -> bool {
+    fork.lifetime.ttl_secs.is_some() || fork.lifetime.expires_at_ms.is_some()
+}
+
 /// A fork PUT on an existing stream: 200 when it is the same fork with the
-/// same configuration (what the request leaves out is inherited, so it
-/// matches), else 409 (§4.2 idempotency).
+/// same configuration (a content type left out is the source's, so it
+/// matches; a lifetime left out matches only an inherited one), else 409
+/// (§4.2 idempotency).
 pub fn recreate(existing: &Stream, fork: &ForkRequest) -> Response {
     if existing.soft_deleted {
         return soft_deleted_put();
@@ -301,12 +307,15 @@ pub fn recreate(existing: &Stream, fork: &ForkRequest) -> Response {
         .is_some_and(|o| same_origin(o, &fork.source, fork.spec.offset, fork.spec.sub));
     let ct = fork.spec.content_type.as_deref();
     let life = &fork.lifetime;
-    let asked = life.ttl_secs.is_some() || life.expires_at_ms.is_some();
+    // Without a lifetime of its own, a fork's is its source's: the same
+    // as the existing fork's only if that one inherited too.
+    let same_lifetime = match asks_lifetime(fork) {
+        true => existing.ttl_secs == life.ttl_secs && existing.expires_at_ms == life.expires_at_ms,
+        false => existing.fork.as_ref().is_some_and(|o| !o.own_lifetime),
+    };
     let matches = same_fork
         && ct.is_none_or(|ct| content_type::same(ct, &existing.content_type))
-        && (!asked
-            || (existing.ttl_secs == life.ttl_secs
-                && existing.expires_at_ms == life.expires_at_ms))
+        && same_lifetime
         && existing.closed == fork.closed
         && existing.attrs == fork.attrs;
     match matches {

@@ -222,6 +222,10 @@ pub fn data_offset(entry: &Entry) -> Option<usize> {
     }
 }
 
+/// The bit of a FORK's encoded sub-offset that says the fork's lifetime is
+/// its own (`ForkOrigin::own_lifetime`).
+const OWN_LIFETIME: u64 = 1 << 63;
+
 fn encode_entry(entry: &Entry, w: &mut Writer<'_>) -> u8 {
     match entry {
         Entry::Stream(command) => encode_command(command, w),
@@ -508,7 +512,16 @@ impl Writer<'_> {
         self.str(&origin.source);
         self.u64(origin.source_id);
         self.u64(origin.offset);
-        self.u64(origin.sub);
+        // `own_lifetime` rides in the sub-offset's top bit, which a sub-offset
+        // inside a message never has: records from before it (session 9)
+        // decode as inheriting.
+        assert_eq!(
+            origin.sub & OWN_LIFETIME,
+            0,
+            "a sub-offset within a message"
+        );
+        let own = if origin.own_lifetime { OWN_LIFETIME } else { 0 };
+        self.u64(origin.sub | own);
     }
 
     fn producer(&mut self, value: Option<&ProducerWrite>) {
@@ -689,11 +702,14 @@ impl<'a> Reader<'a> {
     }
 
     fn fork(&mut self) -> Result<ForkOrigin, CodecError> {
+        let (source, source_id, offset) = (self.string()?, self.u64()?, self.u64()?);
+        let sub = self.u64()?;
         Ok(ForkOrigin {
-            source: self.string()?,
-            source_id: self.u64()?,
-            offset: self.u64()?,
-            sub: self.u64()?,
+            source,
+            source_id,
+            offset,
+            sub: sub & !OWN_LIFETIME,
+            own_lifetime: sub & OWN_LIFETIME != 0,
         })
     }
 

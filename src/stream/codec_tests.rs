@@ -57,6 +57,7 @@ fn origin() -> ForkOrigin {
         source_id: 77,
         offset: 12,
         sub: 3,
+        own_lifetime: true,
     }
 }
 

@@ -21,6 +21,10 @@ pub struct ForkOrigin {
     /// requested `Stream-Fork-Sub-Offset` (0 when absent).
     pub offset: u64,
     pub sub: u64,
+    /// Whether the fork asked for a TTL or Expires-At of its own rather
+    /// than inheriting its source's (§4.2): a re-PUT that asks for none
+    /// then configures it differently (§5.1 idempotency).
+    pub own_lifetime: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -608,6 +608,7 @@ mod tests {
                 source_id: 1,
                 offset: 0,
                 sub: 0,
+                own_lifetime: false,
             },
             retained: 0,
             first_record: 0,
