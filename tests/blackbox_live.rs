@@ -631,3 +631,22 @@ fn sse_text_events_are_utf8() {
     assert_eq!(events.concat(), text, "{events:?}");
     assert_eq!(events, ["a", "é", "\u{20ac}", "😀", "b"]);
 }
+
+/// PROTOCOL.md §10.1: an `If-None-Match` naming the current ETag gets 304
+/// with no body, also on a long-poll that has data at once.
+#[test]
+fn long_poll_with_a_matching_if_none_match_is_304() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"hello");
+    let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    let tag = read.header("etag").expect("ETag").to_string();
+    let poll = long_poll_path(&path, "-1");
+    let same = req(s.addr, "GET", &poll, &[("If-None-Match", &tag)], b"");
+    assert_eq!(same.status, 304, "{:?}", same.headers);
+    assert!(same.body.is_empty());
+    assert_eq!(same.header("etag"), Some(tag.as_str()));
+    let other = req(s.addr, "GET", &poll, &[("If-None-Match", "\"other\"")], b"");
+    assert_eq!(other.status, 200);
+    assert_eq!(other.body, b"hello");
+}

@@ -336,6 +336,27 @@ pub fn catch_up(
     validated(if_none_match, stream, reply, tag, cache)
 }
 
+/// The 304 that `If-None-Match` asks for instead of the 200 `head` (its
+/// ETag, Cache-Control and cursor), when it names the head's ETag.
+pub fn not_modified(if_none_match: Option<&str>, head: &Response) -> Option<Response> {
+    let tag = head.get_header("etag")?;
+    if !if_none_match.is_some_and(|header| etag_matches(header, tag)) {
+        return None;
+    }
+    let mut reply = Response::new(304);
+    for name in [
+        "etag",
+        "cache-control",
+        "stream-cursor",
+        "stream-extensions",
+    ] {
+        if let Some(value) = head.get_header(name) {
+            reply = reply.header(name, value.to_string());
+        }
+    }
+    Some(reply)
+}
+
 /// `reply` with its Cache-Control, or the 304 that `If-None-Match`
 /// matching `tag` asks for instead.
 pub(super) fn validated(

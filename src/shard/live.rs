@@ -44,7 +44,7 @@ pub async fn serve(
             let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
             respond(shard, socket, reply, keep, false).await
         }
-        LiveMode::LongPoll => long_poll(shard, socket, plan, keep).await,
+        LiveMode::LongPoll => long_poll(shard, socket, plan, (if_none_match, keep)).await,
         LiveMode::Sse => sse(shard, (socket, streamed), plan, keep).await,
     }
 }
@@ -189,10 +189,16 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
     }
 }
 
-async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, keep: bool) -> bool {
+async fn long_poll(
+    shard: &Rc<Shard>,
+    socket: &mut TcpStream,
+    plan: ReadPlan,
+    (if_none_match, keep): (Option<String>, bool),
+) -> bool {
     let waiting = shard.metrics.subscriber(Mode::LongPoll);
     let audience = shard.waiters.join(&plan.key);
     let reply = wait_for_reply(shard, socket, &plan, &audience).await;
+    let reply = reply.map(|reply| not_modified(reply, if_none_match.as_deref()));
     shard.table.borrow_mut().touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
@@ -202,6 +208,18 @@ async fn long_poll(shard: &Rc<Shard>, socket: &mut TcpStream, plan: ReadPlan, ke
             respond_shared(shard, socket, head, &body.body, keep).await
         }
         None => false,
+    }
+}
+
+/// The 304 for a long-poll answer whose ETag `If-None-Match` names
+/// (PROTOCOL.md §10.1), or the answer.
+fn not_modified(reply: PollReply, if_none_match: Option<&str>) -> PollReply {
+    match reply {
+        PollReply::Shared(head, body) => match read::not_modified(if_none_match, &head) {
+            Some(not_modified) => PollReply::Own(not_modified),
+            None => PollReply::Shared(head, body),
+        },
+        own => own,
     }
 }
 
