@@ -1,7 +1,7 @@
 //! Append and close (PROTOCOL.md §5.2, §5.2.1 idempotent producers, stream
 //! closure). Checks run in a fixed order so that errors have one precedence:
 //! header syntax, empty body / close-only, Content-Type presence, existence,
-//! closure, content-type match, JSON validity, producer, record tail
+//! closure, content-type syntax and match, JSON validity, producer, record tail
 //! (`Stream-Record-Match`, extensions §6.4), Stream-Seq. Replies on JSON
 //! streams carry the record range the write created (§6.3).
 
@@ -36,13 +36,15 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         .header("content-type")
         .filter(|ct| !ct.trim().is_empty())
         .ok_or_else(|| bad_request("Content-Type is required on append"))?;
-    check_valid_content_type(ct)?;
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
+    // §5.2 error precedence: a closed stream says so first, so the client
+    // gets `Stream-Closed: true` whatever else is wrong with the append.
     if stream.closed {
         return Err(closed_reply(stream, producer.as_ref()));
     }
+    check_valid_content_type(ct)?;
     check_same_content_type(ct, stream)?;
     let data = canonical(stream, req.body)?;
     if let Some(p) = &producer {

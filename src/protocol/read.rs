@@ -327,8 +327,11 @@ pub fn catch_up(
     let (reply, tag) = data_reply(stream, plan, cut, fetched);
     // §10.1 (the extensions' base): "Catch-up chunks remain fully
     // cacheable, including chunks at the tail"; only the empty answer at
-    // the tail, which new data would change, must not be cached.
-    let at_tail_empty = fetched.is_empty() && reply.get_header("stream-up-to-date").is_some();
+    // the tail, which new data would change, must not be cached (a closed
+    // stream's end of stream never changes: it is cacheable too).
+    let at_tail_empty = fetched.is_empty()
+        && reply.get_header("stream-up-to-date").is_some()
+        && !stream.is_closed();
     let cache = match at_tail_empty {
         true => "no-store".to_string(),
         false => cache_control(stream, now_ms),

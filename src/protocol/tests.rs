@@ -215,6 +215,12 @@ fn append_precedence_and_status() {
         ok.get_header("stream-next-offset"),
         Some(offset::format(3).as_str())
     );
+    // §5.2 precedence: a closed stream answers 409 with Stream-Closed
+    // first, also to a malformed type.
+    h.reply("POST", KEY, &[("stream-closed", "true")], b"");
+    let closed = h.reply("POST", KEY, &[("content-type", "garbage")], b"x");
+    assert_eq!(closed.status, 409);
+    assert_eq!(closed.get_header("stream-closed"), Some("true"));
 }
 
 #[test]
@@ -438,6 +444,11 @@ fn reads_validate_offsets_and_honour_etags() {
         (now.body.len(), now.get_header("stream-up-to-date")),
         (0, Some("true"))
     );
+    // A closed stream's end of stream never changes: cacheable.
+    h.reply("POST", KEY, &[("stream-closed", "true")], b"");
+    let end = h.reply("GET", &format!("{KEY}?offset={tail}"), &[], b"");
+    assert_eq!(end.get_header("stream-closed"), Some("true"));
+    assert_eq!(end.get_header("cache-control"), Some(public));
 }
 
 #[test]
