@@ -192,6 +192,7 @@ pub async fn create(
         );
     }
     let now_ms = shard.table.borrow().create_stamp(req.key, req.now_ms);
+    shard.table.borrow_mut().reserve_stamp(req.key, now_ms);
     let id = incarnation_id(req.key, now_ms);
     let json = crate::protocol::content_type::is_json(&config.content_type);
     let _staging = Staging::begin(shard, id);

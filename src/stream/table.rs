@@ -101,6 +101,15 @@ impl Table {
         }
     }
 
+    /// Claims `created_at_ms` (from `create_stamp`) for an incarnation of
+    /// `key` not yet applied: a fork, which copies before its FORK record
+    /// commits. Another create or fork of the key decided in the same
+    /// millisecond then gets a later stamp, so no two share an id (and a
+    /// staging area, or RELOCATE records that recovery would place).
+    pub fn reserve_stamp(&mut self, key: &str, created_at_ms: u64) {
+        self.retire(key, created_at_ms);
+    }
+
     fn retire(&mut self, key: &str, created_at_ms: u64) {
         if self.retired.len() >= RETIRED_KEEP {
             let horizon = created_at_ms.saturating_sub(1000);
@@ -729,6 +738,9 @@ mod tests {
         // The predecessor was created at 5: a create decided at 5 (or at an
         // earlier reading of the clock) is stamped 6, so its id differs.
         assert_eq!(table.create_stamp("k", 5), 6);
+        // So is one decided while a fork of the key claims 6.
+        table.reserve_stamp("k", 6);
+        assert_eq!(table.create_stamp("k", 6), 7);
         assert_eq!(table.create_stamp("k", 4), 6);
         assert_eq!(table.create_stamp("k", 9), 9);
         assert_eq!(table.create_stamp("other", 5), 5);
