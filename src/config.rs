@@ -152,7 +152,8 @@ OPTIONS:
                                 run on, within its cgroup CPU quota]
     --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
-    --max-body-bytes N          largest request body; larger gets 413 [default: 33554432]
+    --max-body-bytes N          largest request body; larger gets 413; at most 1 GiB less room
+                                for its head (one log record) [default: 33554432]
     --max-head-bytes N          largest request head; larger gets 431 [default: 32768]
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
@@ -343,6 +344,12 @@ impl Config {
         // content type, attributes, Stream-Seq) and the entry's own fields.
         let head_room = (64 << 10).max(self.max_head_bytes as u64 + (16 << 10));
         let largest_record = self.max_body_bytes + head_room;
+        if largest_record > crate::log::format::MAX_PAYLOAD_BYTES as u64 {
+            return Err(format!(
+                "--max-body-bytes must leave room for its head within a log record's {} bytes",
+                crate::log::format::MAX_PAYLOAD_BYTES
+            ));
+        }
         if !self.segment_bytes.is_multiple_of(4096)
             || self.segment_bytes < largest_record
             || self.segment_bytes > MAX_SEGMENT_BYTES
@@ -512,6 +519,16 @@ mod tests {
         assert!(with(&[]).is_ok());
         assert!(with(&["--max-head-bytes", "49152"]).is_ok());
         assert!(with(&["--max-head-bytes", "53248"]).is_err());
+        let huge = [
+            "--max-body-bytes",
+            "1073741824",
+            "--segment-bytes",
+            "2147483648",
+        ];
+        assert!(
+            Config::from_args(&args(&huge)).is_err(),
+            "a record is at most 1 GiB"
+        );
     }
 }
 
