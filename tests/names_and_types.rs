@@ -1,8 +1,9 @@
 //! How a request's spelling maps onto names and types: the reserved listing
 //! name however it is percent-encoded and the `/v1` prefix as a bucket
 //! (extensions §1.1-§1.2), content types that match or conflict (PROTOCOL.md
-//! §5.1-§5.2, extensions §4.1), and a snapshot repeat whose media type is
-//! spelled in another case (extensions §2.2).
+//! §5.1-§5.2, extensions §4.1), a snapshot repeat whose media type is
+//! spelled in another case (extensions §2.2), and single-valued protocol
+//! headers sent twice (RFC 9110 §5.3).
 
 mod common;
 
@@ -107,5 +108,42 @@ fn a_snapshot_repeat_may_spell_its_media_type_in_another_case() {
     assert_eq!(
         read.header("content-type"),
         Some("application/octet-stream")
+    );
+}
+
+#[test]
+fn a_repeated_single_valued_header_is_400_and_changes_nothing() {
+    let s = server();
+    let path = "/v1/stream/names-repeated";
+    let text = ("Content-Type", "text/plain");
+    assert_eq!(req(s.addr, "PUT", path, &[text], b"").status, 201);
+    let twice = [text, ("Stream-Closed", "true"), ("Stream-Closed", "false")];
+    let r = req(s.addr, "POST", path, &twice, b"x");
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(
+        r.text().contains("stream-closed appears more than once"),
+        "{}",
+        r.text()
+    );
+    let head = req(s.addr, "HEAD", path, &[], b"");
+    assert_eq!(head.header("stream-closed"), None);
+    assert_eq!(
+        head.header("stream-next-offset")
+            .map(|o| o.ends_with("_0000000000000000")),
+        Some(true)
+    );
+    let seqs = [
+        text,
+        ("Producer-Id", "p"),
+        ("Producer-Epoch", "0"),
+        ("Producer-Seq", "0"),
+        ("Producer-Seq", "1"),
+    ];
+    assert_eq!(req(s.addr, "POST", path, &seqs, b"y").status, 400);
+    // List-valued fields may repeat.
+    let accept = [("Accept", "text/plain"), ("Accept", "*/*")];
+    assert_eq!(
+        req(s.addr, "GET", &format!("{path}?offset=-1"), &accept, b"").status,
+        200
     );
 }

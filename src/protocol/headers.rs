@@ -41,6 +41,41 @@ pub fn lifetime(head: &RequestHead) -> Result<Lifetime, Response> {
     Ok(lifetime)
 }
 
+/// The protocol's fields that carry one value. RFC 9110 §5.3: a sender
+/// must not repeat a field that is not a list; repeated, which value counts
+/// would be a guess (`Stream-Closed: true` then `Stream-Closed: false`).
+const SINGLE_VALUED: [&str; 14] = [
+    "content-type",
+    "stream-ttl",
+    "stream-expires-at",
+    "stream-closed",
+    "stream-seq",
+    "producer-id",
+    "producer-epoch",
+    "producer-seq",
+    "stream-forked-from",
+    "stream-fork-offset",
+    "stream-fork-sub-offset",
+    "stream-attrs",
+    "stream-record-match",
+    "stream-snapshot-match",
+];
+
+/// 400 when one of the protocol's single-valued fields is repeated.
+pub fn check_single_valued(head: &RequestHead) -> Result<(), Response> {
+    let mut seen = 0u16;
+    for (name, _) in head.headers.iter() {
+        let Some(i) = SINGLE_VALUED.iter().position(|single| *single == name) else {
+            continue;
+        };
+        if seen & (1 << i) != 0 {
+            return Err(bad_request(&format!("{name} appears more than once")));
+        }
+        seen |= 1 << i;
+    }
+    Ok(())
+}
+
 /// `Stream-Closed: true` (case-insensitive); any other value means not closing.
 pub fn wants_close(head: &RequestHead) -> bool {
     head.header("stream-closed")

@@ -24,7 +24,7 @@ use crate::http::parse::{
 };
 use crate::http::render::{self, Framing};
 use crate::metrics::{Counter, Route};
-use crate::protocol::{Response, router};
+use crate::protocol::{Response, headers, router};
 
 const READ_CHUNK: usize = 16 << 10;
 
@@ -274,8 +274,11 @@ async fn read_head(
         match parse_head(buf, limits) {
             Ok(Some(head)) => {
                 return match check_host(&head) {
-                    Ok(()) => HeadRead::Head(head),
                     Err(e) => HeadRead::Fail(http_error(&e)),
+                    Ok(()) => match headers::check_single_valued(&head) {
+                        Ok(()) => HeadRead::Head(head),
+                        Err(reply) => HeadRead::Fail(reply),
+                    },
                 };
             }
             Ok(None) => {}
