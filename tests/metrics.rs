@@ -350,7 +350,7 @@ fn counters_move_as_traffic_flows() {
         req(s.addr, "GET", "/v1/stream/metrics-missing", &[], b"").status,
         404
     );
-    assert_eq!(req(s.addr, "GET", "/v1/nothing-here", &[], b"").status, 404);
+    assert_eq!(req(s.addr, "GET", "/", &[], b"").status, 404);
     let after = scrape(&s);
     assert_commits_moved(&before, &after);
     assert_reads_moved(&before, &after);
