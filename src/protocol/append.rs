@@ -46,7 +46,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     }
     check_valid_content_type(ct)?;
     check_same_content_type(ct, stream)?;
-    let data = canonical(stream, req.body)?;
+    let data = canonical(stream, req.body, req.normalized)?;
     if let Some(p) = &producer {
         check_producer(table, stream, p)?;
     }
@@ -81,12 +81,27 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 }
 
 /// JSON streams store normalized messages; an empty array is a 400 (§7.1).
-pub fn canonical(stream: &Stream, body: &[u8]) -> Result<Vec<u8>, Response> {
+/// `normalized` is the body's normalization when the shard made it ahead.
+pub fn canonical(
+    stream: &Stream,
+    body: &[u8],
+    normalized: Option<&json::Normalized>,
+) -> Result<Vec<u8>, Response> {
     if !stream.json {
         return Ok(body.to_vec());
     }
-    let mut data = Vec::with_capacity(body.len() + 1);
-    json::normalize_into(body, false, &mut data).map_err(|e| bad_request(&e.message()))?;
+    let invalid = |e: &json::JsonError| bad_request(&e.message());
+    let (data, count) = match normalized {
+        Some(done) => done.clone().map_err(|e| invalid(&e))?,
+        None => {
+            let mut data = Vec::with_capacity(body.len() + 1);
+            let count = json::normalize_into(body, true, &mut data).map_err(|e| invalid(&e))?;
+            (data, count)
+        }
+    };
+    if count == 0 {
+        return Err(invalid(&json::JsonError::EmptyArray));
+    }
     Ok(data)
 }
 

@@ -9,6 +9,7 @@
 use serde_json::Value;
 
 use super::append::{canonical, check_same_content_type, check_valid_content_type};
+use super::json::Normalized;
 use super::records::messages_in;
 use super::response::{Response, bad_request, not_found};
 use super::{Request, headers, offset};
@@ -143,7 +144,7 @@ pub fn decide_frame(
     key: &str,
     incarnation: Option<u64>,
     table: &Table,
-    frame: &[u8],
+    (frame, normalized): (&[u8], Option<&Normalized>),
     now_ms: u64,
 ) -> Result<Command, Ack> {
     let Some(stream) = table.get(key).filter(|s| Some(s.id) == incarnation) else {
@@ -166,7 +167,7 @@ pub fn decide_frame(
             closed: true,
         });
     }
-    let data = canonical(stream, frame).map_err(|reply| Ack::Failed {
+    let data = canonical(stream, frame, normalized).map_err(|reply| Ack::Failed {
         status: reply.status,
         code: "invalid_json",
         message: error_message(&reply),
@@ -334,16 +335,16 @@ mod tests {
     fn a_frame_after_its_stream_was_replaced_is_not_found() {
         let mut table = Table::default();
         let first = created(&mut table, "b/s", 1);
-        assert!(decide_frame("b/s", Some(first), &table, b"[1,2]", 1).is_ok());
+        assert!(decide_frame("b/s", Some(first), &table, (b"[1,2]", None), 1).is_ok());
         table.apply(Command::Delete {
             key: "b/s".to_string(),
             stream_id: first,
         });
-        let gone = decide_frame("b/s", Some(first), &table, b"[1]", 2).unwrap_err();
+        let gone = decide_frame("b/s", Some(first), &table, (b"[1]", None), 2).unwrap_err();
         assert!(matches!(gone, Ack::Failed { status: 404, .. }), "{gone:?}");
         let second = created(&mut table, "b/s", 3);
         assert_ne!(first, second);
-        let replaced = decide_frame("b/s", Some(first), &table, b"[1]", 4).unwrap_err();
+        let replaced = decide_frame("b/s", Some(first), &table, (b"[1]", None), 4).unwrap_err();
         assert!(
             matches!(replaced, Ack::Failed { status: 404, .. }),
             "{replaced:?}"

@@ -39,6 +39,10 @@ pub struct Request<'a> {
     pub now_ms: u64,
     /// A random number for cursor jitter (PROTOCOL.md §8.1).
     pub jitter_seed: u64,
+    /// The body normalized as JSON ahead of the decision, when the shard
+    /// did that in slices (a large body for a JSON stream); used only if
+    /// the stream is JSON when decided.
+    pub normalized: Option<&'a json::Normalized>,
 }
 
 impl<'a> Request<'a> {
@@ -57,6 +61,7 @@ impl<'a> Request<'a> {
             key,
             now_ms,
             jitter_seed: 0,
+            normalized: None,
         }
     }
 

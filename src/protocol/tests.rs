@@ -53,6 +53,7 @@ impl Harness {
             key: &key,
             now_ms,
             jitter_seed: 7,
+            normalized: None,
         };
         let action = decide_stream(&req, &self.table);
         if let Action::Commit { commands, .. } = &action {

@@ -4,8 +4,8 @@
 
 use std::rc::Rc;
 
-use super::Shard;
 use super::commit::CommitError;
+use super::{Shard, slices};
 use crate::http::parse::RequestHead;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
@@ -76,7 +76,20 @@ pub async fn serve(
             since_yield = 0;
         }
         since_yield += frame.len();
-        let decided = batch::decide_frame(key, incarnation, &shard.table.borrow(), frame, now_ms);
+        // A large JSON frame is normalized in slices, as a large append is.
+        let normalized = match slices::worth_slicing(shard, key, frame.len()) {
+            true => Some(slices::normalized(frame).await),
+            false => None,
+        };
+        let table = shard.table.borrow();
+        let decided = batch::decide_frame(
+            key,
+            incarnation,
+            &table,
+            (frame, normalized.as_ref()),
+            now_ms,
+        );
+        drop(table);
         match decided {
             Ok(command) => {
                 let first = shard.table.borrow().get(key).map(|s| s.messages.next());

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
-use super::{Shard, batch, bootstrap, buckets, fork, live, metrics, snapshot};
+use super::{Shard, batch, bootstrap, buckets, fork, live, metrics, slices, snapshot};
 use crate::http::parse::{Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
@@ -203,6 +203,11 @@ async fn stream_request(
             return respond(shard, socket, reply, keep, is_head).await;
         }
     }
+    let appends = sr.head.method == Method::Post && !sr.attrs;
+    let normalized = match appends && slices::worth_slicing(shard, sr.key, sr.body.len()) {
+        true => Some(slices::normalized(sr.body).await),
+        false => None,
+    };
     let now_ms = shard.reap_if_expired(sr.key);
     let req = Request {
         head: sr.head,
@@ -211,6 +216,7 @@ async fn stream_request(
         key: sr.key,
         now_ms,
         jitter_seed: shard.next_random(),
+        normalized: normalized.as_ref(),
     };
     if let Some(reply) = lifecycle(shard, &sr, &req).await {
         let reply = advertised(shard, sr.key, reply);

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod placement;
 pub mod replies;
 pub mod signal;
+pub mod slices;
 pub mod snapshot;
 pub mod startup;
 pub mod store;
