@@ -665,3 +665,94 @@ fn concurrent_forks_of_one_key_are_one_fork() {
         same_bytes(&data, &[[b'a'; 1000].as_slice(), &[b'b'; 5000]].concat(), f);
     }
 }
+
+/// A FORK record carries strings from three heads (the fork's attributes,
+/// the source's content type, its snapshot's): with small segments it can
+/// outgrow one. It is refused before it is queued (413), and writes of
+/// other streams meanwhile are not failed with it (they were rolled back).
+#[test]
+fn a_fork_record_past_a_segment_is_413_alone() {
+    let s = start(&[
+        "--cores",
+        "1",
+        "--max-body-bytes",
+        "65536",
+        "--segment-bytes",
+        "131072",
+    ]);
+    let long_type = |p: &str| format!("application/octet-stream; {p}={}", "a".repeat(28_000));
+    let src = path_on(SURFACES[1], "wide-src", 0);
+    must(
+        &s,
+        "PUT",
+        &src,
+        &[("Content-Type", &long_type("x"))],
+        b"abc",
+        201,
+    );
+    let at = next(&must(&s, "HEAD", &src, &[], b"", 200));
+    let snapshot = format!("{src}/snapshot/{}", common::enc(&at));
+    must(
+        &s,
+        "PUT",
+        &snapshot,
+        &[("Content-Type", &long_type("y"))],
+        b"S",
+        204,
+    );
+    let other = path_on(SURFACES[1], "wide-other", 0);
+    must(&s, "PUT", &other, &[("Content-Type", BIN)], b"", 201);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (addr, other, stop) = (s.addr, other.clone(), stop.clone());
+        thread::spawn(move || {
+            let mut conn = Conn::open(addr);
+            let mut statuses = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = conn.request("POST", &other, &[("Content-Type", BIN)], &[7; 2048]);
+                statuses.push(r.status);
+            }
+            statuses
+        })
+    };
+    let attrs = format!(r#"{{"metadata":{{"k":"{}"}}}}"#, "v".repeat(15_000));
+    for i in 0..5 {
+        let f = path_on(SURFACES[1], &format!("wide-fork-{i}"), 0);
+        let headers = [(FROM, src.as_str()), ("Stream-Attrs", attrs.as_str())];
+        let r = common::req(s.addr, "PUT", &f, &headers, &[b'z'; 65_536]);
+        expect(&r, 413, "a FORK record past a segment");
+        assert!(r.text().contains("record_too_large"), "{}", r.text());
+        assert_eq!(status(&s, "HEAD", &f), 404, "no fork was made");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let statuses = writer.join().unwrap();
+    assert!(
+        statuses.iter().all(|&s| s == 204),
+        "other writes: {statuses:?}"
+    );
+    assert!(!statuses.is_empty());
+}
+
+/// A source deleted while forks read it answers 410 to an append-batch as
+/// to a plain append (§4.2 soft delete), and takes no frame.
+#[test]
+fn append_batch_to_a_soft_deleted_source_is_410() {
+    let s = start(&["--cores", "1"]);
+    let text = [("Content-Type", "text/plain")];
+    let src = path_on(SURFACES[1], "soft-batch-src", 0);
+    must(&s, "PUT", &src, &text, b"abc", 201);
+    let f = path_on(SURFACES[1], "soft-batch-fork", 0);
+    expect(&fork(&s, &f, &src, &[]), 201, "fork");
+    must(&s, "DELETE", &src, &[], b"", 204);
+    must(&s, "POST", &src, &text, b"d", 410);
+    let batch = common::req(
+        s.addr,
+        "POST",
+        &format!("{src}/append-batch"),
+        &text,
+        &[0, 0, 0, 1, b'e'],
+    );
+    expect(&batch, 410, "append-batch to a soft-deleted source");
+    let (data, _, _) = read_from(&s, &f, "-1");
+    same_bytes(&data, b"abc", "the fork still reads the source's data");
+}

@@ -162,8 +162,9 @@ impl<S: Storage + 'static> Appender<S> {
     /// the caller rolls back everything it had not seen committed.
     /// Returns where the first record landed.
     pub async fn append(&mut self, records: &[u8], sync: bool) -> io::Result<LogEnd> {
-        // Requests are bounded so that no record is this large; one that is
-        // (a segment size lowered under older data) fails its batch alone.
+        // `Commits::enqueue` refuses a record larger than a segment, and a
+        // batch is cut at a segment's worth: this is a last defence, failing
+        // the batch as a write error would, rather than an assert.
         if records.len() as u64 > self.segment_bytes {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,

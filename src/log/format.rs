@@ -80,11 +80,29 @@ pub fn encode_with<T>(
     out: &mut Vec<u8>,
     write: impl FnOnce(&mut Vec<u8>) -> (u8, T),
 ) -> (usize, T) {
+    let most = framed_len(MAX_PAYLOAD_BYTES);
+    encode_within(seq, most, out, write).expect("payload over the max")
+}
+
+/// `encode_with` of a record that must frame to at most `most` bytes (and
+/// hold at most `MAX_PAYLOAD_BYTES`): a larger one is taken back out of
+/// `out` and `Err` gives its framed length.
+pub fn encode_within<T>(
+    seq: u64,
+    most: usize,
+    out: &mut Vec<u8>,
+    write: impl FnOnce(&mut Vec<u8>) -> (u8, T),
+) -> Result<(usize, T), usize> {
     let start = out.len();
     out.resize(start + HEADER_BYTES, 0);
     let (kind, returned) = write(out);
     assert_ne!(kind, 0, "record kind 0 is reserved for zero-filled space");
     let payload_len = out.len() - start - HEADER_BYTES;
+    let unbounded = (HEADER_BYTES + payload_len).next_multiple_of(RECORD_ALIGN);
+    if payload_len > MAX_PAYLOAD_BYTES || unbounded > most {
+        out.truncate(start);
+        return Err(unbounded);
+    }
     let framed = framed_len(payload_len);
     let header = checked_header(kind, seq, payload_len);
     let sum = checksum(&header, &out[start + HEADER_BYTES..]);
@@ -96,7 +114,7 @@ pub fn encode_with<T>(
         Decoded::Record { record, framed_len }
             if record.kind == kind && record.seq == seq && framed_len == framed
     ));
-    (framed, returned)
+    Ok((framed, returned))
 }
 
 /// Sets the flags of the encoded record at the start of `frame` (which holds
@@ -286,6 +304,24 @@ mod tests {
                 assert_eq!(decode(&buf), want);
             }
         }
+    }
+
+    #[test]
+    fn a_record_past_the_bound_is_taken_back() {
+        let mut out = b"queued".to_vec();
+        let write = |payload: &'static [u8]| {
+            move |out: &mut Vec<u8>| {
+                out.extend_from_slice(payload);
+                (4, ())
+            }
+        };
+        // 32 header bytes and 9 of payload frame to 48.
+        let refused = encode_within(1, 40, &mut out, write(b"123456789"));
+        assert_eq!(refused, Err(48));
+        assert_eq!(out, b"queued");
+        let (len, ()) = encode_within(1, 48, &mut out, write(b"123456789")).unwrap();
+        assert_eq!(len, 48);
+        assert_eq!(&out[6..], framed(4, 1, b"123456789"));
     }
 
     #[test]

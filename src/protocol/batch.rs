@@ -81,6 +81,10 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
     let stream = table
         .get(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
+    if stream.soft_deleted {
+        // PROTOCOL.md §4.2: a deleted source that forks still read is 410.
+        return Err(super::fork::soft_deleted_reply(false));
+    }
     check_same_content_type(ct, stream)?;
     let frames = frames(req.body)?;
     // A message a frame at least (a JSON frame of several records adds
@@ -147,10 +151,15 @@ pub fn decide_frame(
     (frame, normalized): (&[u8], Option<&Normalized>),
     now_ms: u64,
 ) -> Result<Command, Ack> {
-    let Some(stream) = table.get(key).filter(|s| Some(s.id) == incarnation) else {
+    let same = table.get(key).filter(|s| Some(s.id) == incarnation);
+    let Some(stream) = same.filter(|s| !s.soft_deleted) else {
+        let (status, code) = match same {
+            Some(_) => (410, "stream_deleted"),
+            None => (404, "not_found"),
+        };
         return Err(Ack::Failed {
-            status: 404,
-            code: "not_found",
+            status,
+            code,
             message: "the stream was deleted while the batch was applied".to_string(),
             next: None,
             closed: false,

@@ -41,7 +41,7 @@ fn canonical(content_type: &str) -> Vec<String> {
         let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
         let name = name.trim().to_ascii_lowercase();
         let value = match name == "charset" {
-            true => value.trim().to_ascii_lowercase(),
+            true => unquoted(value.trim()).to_ascii_lowercase(),
             false => value.trim().to_string(),
         };
         out.push(format!("{name}={value}"));
@@ -53,13 +53,17 @@ fn canonical(content_type: &str) -> Vec<String> {
 fn charset(content_type: &str) -> Option<&str> {
     content_type.split(';').skip(1).find_map(|parameter| {
         let (name, value) = parameter.split_once('=')?;
-        let value = value.trim();
-        let value = value
-            .strip_prefix('"')
-            .and_then(|v| v.strip_suffix('"'))
-            .unwrap_or(value);
+        let value = unquoted(value.trim());
         name.trim().eq_ignore_ascii_case("charset").then_some(value)
     })
+}
+
+/// A parameter value without the quotes of a quoted-string.
+fn unquoted(value: &str) -> &str {
+    value
+        .strip_prefix('"')
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or(value)
 }
 
 pub fn is_json(content_type: &str) -> bool {
@@ -117,6 +121,10 @@ mod tests {
             "text/plain; format=flowed"
         ));
         assert!(!identical("text/plain", "text/plain; charset=utf-8"));
+        assert!(identical(
+            "text/plain; charset=\"utf-8\"",
+            "text/plain; charset=UTF-8"
+        ));
         assert!(is_json("application/json;charset=UTF-8"));
         assert!(is_sse_text("text/plain") && !is_sse_text("application/octet-stream"));
         assert!(is_valid("application/vnd.x+json") && !is_valid("nonsense") && !is_valid("a/"));

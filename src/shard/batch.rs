@@ -1,6 +1,8 @@
 //! Append batch on the owning shard (extensions §4): every valid frame is
-//! decided against the head state in order and queued, so all frames of a
-//! request commit in one group commit; the answer waits for it.
+//! decided against the head state in order and queued, so a small
+//! request's frames commit in one group commit; a large one yields to the
+//! shard's other clients between frames (each frame then keeps its own
+//! outcome); the answer waits for all of them.
 
 use std::rc::Rc;
 
@@ -31,9 +33,10 @@ const YIELD_BYTES: usize = 1 << 20;
 
 /// The ack of a frame whose commit failed.
 fn not_committed(error: &CommitError) -> Ack {
-    let code = match error.no_space {
-        true => "insufficient_storage",
-        false => "storage_unavailable",
+    let code = match (error.too_large, error.no_space) {
+        (true, _) => "record_too_large",
+        (false, true) => "insufficient_storage",
+        (false, false) => "storage_unavailable",
     };
     Ack::Failed {
         status: error.response().status,

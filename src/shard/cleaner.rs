@@ -432,7 +432,9 @@ async fn commit_part(shard: &Shard, part: Vec<(Entry, Effect)>) -> std::io::Resu
     if part.is_empty() {
         return Ok(());
     }
-    if let Some(ticket) = shard.submit_entries(part) {
+    let submitted = shard.submit_entries(part);
+    let ticket = submitted.map_err(|e| std::io::Error::other(e.message))?;
+    if let Some(ticket) = ticket {
         ticket.await.map_err(|e| std::io::Error::other(e.message))?;
     }
     Ok(())

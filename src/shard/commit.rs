@@ -29,6 +29,8 @@ use crate::stream::table::{Applied, Undo};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitError {
     pub no_space: bool,
+    /// The record would not fit a segment: it was never queued.
+    pub too_large: bool,
     pub message: String,
 }
 
@@ -36,13 +38,27 @@ impl CommitError {
     pub fn from_io(e: &io::Error) -> CommitError {
         CommitError {
             no_space: e.raw_os_error() == Some(libc::ENOSPC),
+            too_large: false,
             message: e.to_string(),
         }
     }
 
-    /// What the client is told: 507 when the disk is full, else 503; both
-    /// retryable, with a JSON error body.
+    fn too_large(framed: usize, most: u64) -> CommitError {
+        CommitError {
+            no_space: false,
+            too_large: true,
+            message: format!("its log record of {framed} bytes exceeds a segment's {most}"),
+        }
+    }
+
+    /// What the client is told: 413 when the record cannot fit a segment,
+    /// 507 when the disk is full, else 503 (both retryable), with a JSON
+    /// error body.
     pub fn response(&self) -> Response {
+        if self.too_large {
+            let message = format!("the write was refused: {}", self.message);
+            return Response::error(413, "record_too_large", &message);
+        }
         let (status, code) = if self.no_space {
             (507, "insufficient_storage")
         } else {
@@ -71,6 +87,15 @@ impl Slot {
 
 /// Completes when the commands it covers are committed (or failed).
 pub struct Ticket(Rc<Slot>);
+
+impl Ticket {
+    /// A ticket that failed before anything was queued.
+    pub fn failed(error: CommitError) -> Ticket {
+        let slot = Slot::default();
+        *slot.result.borrow_mut() = Some(Err(error));
+        Ticket(Rc::new(slot))
+    }
+}
 
 impl Future for Ticket {
     type Output = Result<(), CommitError>;
@@ -147,6 +172,9 @@ struct Queue {
 }
 
 pub struct Commits {
+    /// The largest framed record a segment holds: a larger one is refused
+    /// before it is queued (queued, it would fail every write behind it).
+    max_record_bytes: u64,
     queue: RefCell<Queue>,
     uncommitted: RefCell<VecDeque<Uncommitted>>,
     next_seq: Cell<u64>,
@@ -168,9 +196,11 @@ pub struct Batch {
 }
 
 impl Commits {
-    pub fn new(next_seq: u64) -> Commits {
+    /// `max_record_bytes`: the largest framed record a segment holds.
+    pub fn new(next_seq: u64, max_record_bytes: u64) -> Commits {
         assert!(next_seq >= 1);
         Commits {
+            max_record_bytes,
             queue: RefCell::default(),
             uncommitted: RefCell::default(),
             next_seq: Cell::new(next_seq),
@@ -182,22 +212,25 @@ impl Commits {
     }
 
     /// Queues the record of `entry`; `track` must follow with its effect.
-    pub fn enqueue(&self, entry: &Entry) -> Queued {
+    /// A record no segment could hold is refused, and nothing is queued.
+    pub fn enqueue(&self, entry: &Entry) -> Result<Queued, CommitError> {
         let seq = self.next_seq.get();
-        self.next_seq.set(seq + 1);
         let mut queue = self.queue.borrow_mut();
         let start = queue.bytes.len();
         // Encoded straight behind its header: a 32 MiB append is not built
         // apart and copied once more.
-        let (_, data_at) = format::encode_with(seq, &mut queue.bytes, |out| {
+        let most = usize::try_from(self.max_record_bytes).unwrap_or(usize::MAX);
+        let (_, data_at) = format::encode_within(seq, most, &mut queue.bytes, |out| {
             codec::encode_located(entry, out)
-        });
+        })
+        .map_err(|framed| CommitError::too_large(framed, self.max_record_bytes))?;
+        self.next_seq.set(seq + 1);
         queue.records.push((start, seq));
         self.wake_writer.notify();
-        Queued {
+        Ok(Queued {
             seq,
             data_at: data_at.map(|at| at + format::HEADER_BYTES),
-        }
+        })
     }
 
     /// Remembers what committing (or failing) a queued record means.

@@ -145,11 +145,7 @@ pub async fn create(
     bucket: Option<&str>,
 ) -> Response {
     if let Some(reply) = recreate(shard, req.key, &request) {
-        // It rests on the head state: answer once that is committed.
-        return shard
-            .barrier()
-            .await
-            .map_or_else(|e| e.response(), |()| reply);
+        return committed(shard, reply).await;
     }
     if shard.table.borrow().index_refuses(STREAM_BYTES) {
         return index_full();
@@ -183,7 +179,7 @@ pub async fn create(
     // The sub-offset prefix and the body are one message of the fork, one
     // record in the log: no larger than a message may be (a record past a
     // segment could not be written).
-    let first_message = (plan.prefix_end - plan.anchor).saturating_add(config.body.len() as u64);
+    let first_message = (plan.prefix_end - plan.anchor).saturating_add(req.body.len() as u64);
     if first_message > shard.config.max_body_bytes {
         return Response::error(
             413,
@@ -205,9 +201,10 @@ pub async fn create(
     if let Some(b) = bucket {
         buckets::settle(shard, b).await;
     }
-    // Another request created the stream while this one copied.
+    // Another request created the stream while this one copied: answer
+    // once that is committed (it may yet fail), as at the top.
     if let Some(reply) = recreate(shard, req.key, &request) {
-        return reply;
+        return committed(shard, reply).await;
     }
     // The bucket may have been deleted, or frozen for deletion, meanwhile
     // (extensions §1.5: only an empty bucket goes). Checked with no await
@@ -262,6 +259,14 @@ fn index_refuses_fork(shard: &Shard, id: u64, json: bool, data: &[u8]) -> bool {
         messages => append_index_bytes(messages),
     };
     table.index_refuses(STREAM_BYTES + table.staged_index_bytes(id) + own)
+}
+
+/// `reply`, which rests on the head state, once that is committed.
+async fn committed(shard: &Shard, reply: Response) -> Response {
+    shard
+        .barrier()
+        .await
+        .map_or_else(|e| e.response(), |()| reply)
 }
 
 /// A fork's staging area, dropped however the fork ends (committed, failed,
@@ -336,7 +341,9 @@ async fn copy(
             len,
             ends,
         };
-        last = shard.submit_entries(vec![(entry, effect)]);
+        last = shard
+            .submit_entries(vec![(entry, effect)])
+            .map_err(|e| e.response())?;
         if in_flight >= IN_FLIGHT_BYTES || shard.commit_queue_full() {
             if let Some(ticket) = last.take() {
                 ticket.await.map_err(|e| e.response())?;

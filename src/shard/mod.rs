@@ -93,6 +93,7 @@ impl Shard {
         next_seq: u64,
         segments: store::Segments,
     ) -> Shard {
+        let segment_bytes = config.segment_bytes;
         Shard {
             index,
             config,
@@ -102,7 +103,7 @@ impl Shard {
             buckets: RefCell::new(BTreeMap::new()),
             stopping: Cell::new(false),
             stop: Rc::new(Signal::default()),
-            commits: Commits::new(next_seq),
+            commits: Commits::new(next_seq, segment_bytes),
             segments,
             head_segment: Cell::new(0),
             pending_blobs: RefCell::new(HashSet::new()),
@@ -150,13 +151,18 @@ impl Shard {
     }
 
     /// Applies decided commands to the head state and queues their log
-    /// records; the ticket completes once all of them are committed.
+    /// records; the ticket completes once all of them are committed. A
+    /// command whose record no segment could hold is neither applied nor
+    /// queued: the ticket fails at once (413).
     pub fn submit(&self, commands: Vec<Command>) -> Ticket {
         assert!(!commands.is_empty(), "nothing to commit");
         let _whole = AbortOnPanic;
         for command in commands {
             let entry = Entry::Stream(command);
-            let seq = self.commits.enqueue(&entry);
+            let seq = match self.commits.enqueue(&entry) {
+                Ok(seq) => seq,
+                Err(too_large) => return Ticket::failed(too_large),
+            };
             let Entry::Stream(command) = entry else {
                 unreachable!("built above")
             };
@@ -168,13 +174,14 @@ impl Shard {
 
     /// Logs a bucket registry change; it applies once committed.
     pub fn submit_bucket(&self, entry: Entry) -> Ticket {
-        let queued = self.commits.enqueue(&entry);
+        let queued = self
+            .commits
+            .enqueue(&entry)
+            .expect("a bucket record is far smaller than a segment");
         self.commits.track(queued, Effect::Bucket(entry));
         self.commits.ticket().expect("entry was just submitted")
     }
 
-    /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
-    /// writes are then refused with 503 rather than queued without bound.
     /// Submits the delete of `key` if its TTL or Expires-At has passed, and
     /// returns the time the request is decided at. Not awaited: whatever the
     /// request answers is committed after it.
@@ -187,17 +194,24 @@ impl Shard {
         now_ms
     }
 
+    /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
+    /// writes are then refused with 503 rather than queued without bound.
     pub fn commit_queue_full(&self) -> bool {
         self.commits.queued_bytes() >= self.config.max_commit_queue_bytes
     }
 
-    /// Logs entries that change nothing decided (the cleaner's copies).
-    pub fn submit_entries(&self, entries: Vec<(Entry, Effect)>) -> Option<Ticket> {
+    /// Logs entries that change nothing decided (the cleaner's copies, a
+    /// fork's inherited pieces). One no segment could hold is `Err` (413)
+    /// and is not queued, nor are those after it; those before it are.
+    pub fn submit_entries(
+        &self,
+        entries: Vec<(Entry, Effect)>,
+    ) -> Result<Option<Ticket>, CommitError> {
         for (entry, effect) in entries {
-            let queued = self.commits.enqueue(&entry);
+            let queued = self.commits.enqueue(&entry)?;
             self.commits.track(queued, effect);
         }
-        self.commits.ticket()
+        Ok(self.commits.ticket())
     }
 
     /// Waits until everything decided so far is committed: a reply built
