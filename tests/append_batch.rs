@@ -4,19 +4,11 @@
 
 mod common;
 
+use common::batch::framed;
 use common::{Server, req};
 use serde_json::Value;
 
 const BUCKET: &str = "batches";
-
-fn framed(payloads: &[&[u8]]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for p in payloads {
-        body.extend_from_slice(&(p.len() as u32).to_be_bytes());
-        body.extend_from_slice(p);
-    }
-    body
-}
 
 fn setup(content_type: &str, stream: &str) -> Server {
     let s = Server::start(&["--cores", "2"]);

@@ -22,6 +22,16 @@ use common::{Conn, Server};
 use forks_helpers::*;
 use records_helpers::{first_next, num, range, records_from, values};
 
+/// One shard whose segments hold a 64 KiB body and its head, no more.
+const SMALL_SEGMENTS: [&str; 6] = [
+    "--cores",
+    "1",
+    "--max-body-bytes",
+    "65536",
+    "--segment-bytes",
+    "131072",
+];
+
 // -------------------------------------------------------------------- tests
 
 #[test]
@@ -554,14 +564,7 @@ fn a_sub_offset_past_u64_is_an_overshoot() {
 /// on (a record past a segment aborted the process).
 #[test]
 fn a_prefix_and_body_past_the_body_limit_are_413() {
-    let s = start(&[
-        "--cores",
-        "1",
-        "--max-body-bytes",
-        "65536",
-        "--segment-bytes",
-        "131072",
-    ]);
+    let s = start(&SMALL_SEGMENTS);
     let full = noise(1, 65_536);
     for prefix in SURFACES {
         let src = path_on(prefix, "big-prefix", 0);
@@ -672,14 +675,7 @@ fn concurrent_forks_of_one_key_are_one_fork() {
 /// other streams meanwhile are not failed with it (they were rolled back).
 #[test]
 fn a_fork_record_past_a_segment_is_413_alone() {
-    let s = start(&[
-        "--cores",
-        "1",
-        "--max-body-bytes",
-        "65536",
-        "--segment-bytes",
-        "131072",
-    ]);
+    let s = start(&SMALL_SEGMENTS);
     let long_type = |p: &str| format!("application/octet-stream; {p}={}", "a".repeat(28_000));
     let src = path_on(SURFACES[1], "wide-src", 0);
     must(

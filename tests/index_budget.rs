@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::batch::framed;
 use common::{Server, enc, req};
 
 const BUCKET: &str = "budget";
@@ -45,16 +46,6 @@ fn index_used(s: &Server) -> u64 {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
         .expect("rill_index_bytes");
     used as u64
-}
-
-/// extensions §4 frames of `payloads`, each behind its 4-byte length.
-fn framed(payloads: &[&[u8]]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for p in payloads {
-        body.extend_from_slice(&(p.len() as u32).to_be_bytes());
-        body.extend_from_slice(p);
-    }
-    body
 }
 
 /// Snapshot and retention at the current tail: every entry before it goes.

@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::batch::framed;
 use common::{Server, req};
 
 const JSON: [(&str, &str); 1] = [("Content-Type", "application/json")];
@@ -75,11 +76,7 @@ fn a_large_batch_frame_gets_its_records() {
     let path = "/large/batch";
     assert_eq!(req(s.addr, "PUT", path, &JSON, b"").status, 201);
     let (big, records) = array(1_500_000);
-    let mut body = Vec::new();
-    for frame in [&big[..], b"[\"small\"]", b"[1,"] {
-        body.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-        body.extend_from_slice(frame);
-    }
+    let body = framed(&[&big[..], b"[\"small\"]", b"[1,"]);
     let r = req(
         s.addr,
         "POST",

@@ -6,6 +6,7 @@
 //! chunked bodies, raw bytes for malformed-input tests).
 #![allow(dead_code)]
 
+pub mod batch;
 pub mod disk;
 pub mod sse;
 
