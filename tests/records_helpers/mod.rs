@@ -266,14 +266,7 @@ pub fn body_of(values: &[Value]) -> Vec<u8> {
 }
 
 /// Append-batch framing (extensions §4.1).
-pub fn framed(payloads: &[&[u8]]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for p in payloads {
-        body.extend_from_slice(&(p.len() as u32).to_be_bytes());
-        body.extend_from_slice(p);
-    }
-    body
-}
+pub use crate::common::batch::framed;
 
 // ------------------------------------------------------------- bootstrap
 
