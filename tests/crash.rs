@@ -141,17 +141,13 @@ fn write_round(
 /// frame, or `None` when the connection died.
 fn append_batch(conn: &mut Conn, path: &str, body: &[u8]) -> Option<String> {
     let third = body.len() / 3;
-    let mut framed = Vec::new();
-    for frame in [&body[..third], &body[third..2 * third], &body[2 * third..]] {
-        framed.extend_from_slice(&(frame.len() as u32).to_be_bytes());
-        framed.extend_from_slice(frame);
-    }
+    let frames = [&body[..third], &body[third..2 * third], &body[2 * third..]];
     let r = conn
         .try_request(
             "POST",
             &format!("{path}/append-batch"),
             &[("Content-Type", "text/plain")],
-            &framed,
+            &common::batch::framed(&frames),
         )
         .ok()?;
     assert_eq!(r.status, 200, "append-batch to {path}: {}", r.text());

@@ -12,6 +12,7 @@ mod records_helpers;
 
 use std::thread;
 
+use common::batch::framed;
 use common::{Conn, Server, req};
 use records_helpers::*;
 use serde_json::{Value, json};

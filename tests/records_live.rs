@@ -11,6 +11,7 @@ mod records_helpers;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use common::batch::framed;
 use common::disk::log_bytes;
 use common::sse::Sse;
 use common::{Conn, Response, Server, req};

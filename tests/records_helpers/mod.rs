@@ -265,9 +265,6 @@ pub fn body_of(values: &[Value]) -> Vec<u8> {
     serde_json::to_vec(values).unwrap()
 }
 
-/// Append-batch framing (extensions §4.1).
-pub use crate::common::batch::framed;
-
 // ------------------------------------------------------------- bootstrap
 
 /// `GET {path}/bootstrap` read to its end: (head, parts as (content type, body)).
