@@ -46,7 +46,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     }
     check_valid_content_type(ct)?;
     check_same_content_type(ct, stream)?;
-    let data = canonical(stream, req.body, req.normalized)?;
+    let data = canonical(stream, req.body, req.normalized.take())?;
     if let Some(p) = &producer {
         check_producer(table, stream, p)?;
     }
@@ -85,14 +85,14 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 pub fn canonical(
     stream: &Stream,
     body: &[u8],
-    normalized: Option<&json::Normalized>,
+    normalized: Option<json::Normalized>,
 ) -> Result<Vec<u8>, Response> {
     if !stream.json {
         return Ok(body.to_vec());
     }
     let invalid = |e: &json::JsonError| bad_request(&e.message());
     let (data, count) = match normalized {
-        Some(done) => done.clone().map_err(|e| invalid(&e))?,
+        Some(done) => done.map_err(|e| invalid(&e))?,
         None => {
             let mut data = Vec::with_capacity(body.len() + 1);
             let count = json::normalize_into(body, true, &mut data).map_err(|e| invalid(&e))?;

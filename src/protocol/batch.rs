@@ -148,7 +148,7 @@ pub fn decide_frame(
     key: &str,
     incarnation: Option<u64>,
     table: &Table,
-    (frame, normalized): (&[u8], Option<&Normalized>),
+    (frame, normalized): (&[u8], Option<Normalized>),
     now_ms: u64,
 ) -> Result<Command, Ack> {
     let same = table.get(key).filter(|s| Some(s.id) == incarnation);

@@ -40,9 +40,10 @@ pub struct Request<'a> {
     /// A random number for cursor jitter (PROTOCOL.md §8.1).
     pub jitter_seed: u64,
     /// The body normalized as JSON ahead of the decision, when the shard
-    /// did that in slices (a large body for a JSON stream); used only if
-    /// the stream is JSON when decided.
-    pub normalized: Option<&'a json::Normalized>,
+    /// did that in slices (a large body for a JSON stream); the decision
+    /// takes it (no copy of up to a body's size) if the stream is still
+    /// JSON then.
+    pub normalized: std::cell::Cell<Option<json::Normalized>>,
 }
 
 impl<'a> Request<'a> {
@@ -61,7 +62,7 @@ impl<'a> Request<'a> {
             key,
             now_ms,
             jitter_seed: 0,
-            normalized: None,
+            normalized: Default::default(),
         }
     }
 

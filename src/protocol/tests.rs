@@ -53,7 +53,7 @@ impl Harness {
             key: &key,
             now_ms,
             jitter_seed: 7,
-            normalized: None,
+            normalized: Default::default(),
         };
         let action = decide_stream(&req, &self.table);
         if let Action::Commit { commands, .. } = &action {

@@ -80,18 +80,13 @@ pub async fn serve(
         }
         since_yield += frame.len();
         // A large JSON frame is normalized in slices, as a large append is.
-        let normalized = match slices::worth_slicing(shard, key, frame.len()) {
+        let ct = head.header("content-type");
+        let normalized = match slices::worth_slicing(shard, key, frame.len(), ct) {
             true => Some(slices::normalized(frame).await),
             false => None,
         };
         let table = shard.table.borrow();
-        let decided = batch::decide_frame(
-            key,
-            incarnation,
-            &table,
-            (frame, normalized.as_ref()),
-            now_ms,
-        );
+        let decided = batch::decide_frame(key, incarnation, &table, (frame, normalized), now_ms);
         drop(table);
         match decided {
             Ok(command) => {
@@ -103,17 +98,18 @@ pub async fn serve(
         }
     }
     shard.table.borrow_mut().touch(key, now_ms);
-    if tickets.is_empty() {
-        // The failures report the head state: answer once it is committed
-        // (or failed: the acks stand, as no frame of this request applied).
-        let _ = shard.barrier().await;
-    }
     // Frames on either side of a yield may commit in different batches,
     // and a failed batch undoes only what was submitted before it.
     for (frame, ticket) in tickets {
         if let Err(error) = ticket.await {
             acks[frame] = not_committed(&error);
         }
+    }
+    // A refused frame reports the head state, which another request may
+    // have changed (a close, a delete during a yield): answer once that is
+    // committed too (or failed: the acks stand).
+    if acks.iter().any(|a| matches!(a, Ack::Failed { .. })) {
+        let _ = shard.barrier().await;
     }
     batch::render(&acks)
 }

@@ -204,7 +204,8 @@ async fn stream_request(
         }
     }
     let appends = sr.head.method == Method::Post && !sr.attrs;
-    let normalized = match appends && slices::worth_slicing(shard, sr.key, sr.body.len()) {
+    let ct = sr.head.header("content-type");
+    let normalized = match appends && slices::worth_slicing(shard, sr.key, sr.body.len(), ct) {
         true => Some(slices::normalized(sr.body).await),
         false => None,
     };
@@ -216,7 +217,7 @@ async fn stream_request(
         key: sr.key,
         now_ms,
         jitter_seed: shard.next_random(),
-        normalized: normalized.as_ref(),
+        normalized: std::cell::Cell::new(normalized),
     };
     if let Some(reply) = lifecycle(shard, &sr, &req).await {
         let reply = advertised(shard, sr.key, reply);

@@ -153,7 +153,9 @@ impl Shard {
     /// Applies decided commands to the head state and queues their log
     /// records; the ticket completes once all of them are committed. A
     /// command whose record no segment could hold is neither applied nor
-    /// queued: the ticket fails at once (413).
+    /// queued: the ticket fails at once (413). (Requests submit one command;
+    /// several come only from reaping, as small deletes, so none before a
+    /// refused one is left applied behind a failed ticket.)
     pub fn submit(&self, commands: Vec<Command>) -> Ticket {
         assert!(!commands.is_empty(), "nothing to commit");
         let _whole = AbortOnPanic;
