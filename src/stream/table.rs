@@ -31,6 +31,8 @@ pub struct Table {
     /// the same incarnation id (`incarnation_id` hashes key and time), and
     /// the old incarnation's pending effects would land on the new one.
     retired: HashMap<String, u64>,
+    /// The size at which `retired` is pruned next.
+    retired_prune_at: usize,
 }
 
 /// Retired keys kept before the oldest are pruned (a re-create can only
@@ -88,6 +90,7 @@ impl Table {
             index_budget: u64::MAX,
             producer_limits: Default::default(),
             retired: HashMap::new(),
+            retired_prune_at: RETIRED_KEEP,
         }
     }
 
@@ -111,12 +114,16 @@ impl Table {
     }
 
     fn retire(&mut self, key: &str, created_at_ms: u64) {
-        if self.retired.len() >= RETIRED_KEEP {
-            let horizon = created_at_ms.saturating_sub(1000);
+        if self.retired.len() >= self.retired_prune_at {
+            // Only a stamp within a millisecond of a new create's can
+            // collide with it, and the newest stamp known stands for now:
+            // keep the last second's (a fork's reservation among them;
+            // pruned by a deleted stream's old creation time, or cleared,
+            // they were lost). Pruning again waits for the map to double.
+            let newest = self.retired.values().copied().max().unwrap_or(0);
+            let horizon = newest.max(created_at_ms).saturating_sub(1000);
             self.retired.retain(|_, created| *created >= horizon);
-            if self.retired.len() >= RETIRED_KEEP {
-                self.retired.clear();
-            }
+            self.retired_prune_at = RETIRED_KEEP.max(2 * self.retired.len());
         }
         self.retired.insert(key.to_string(), created_at_ms);
     }
@@ -745,5 +752,19 @@ mod tests {
         // So is one decided while a fork of the key claims 6.
         table.reserve_stamp("k", 6);
         assert_eq!(table.create_stamp("k", 6), 7);
+    }
+
+    #[test]
+    fn a_reservation_outlives_many_deletes_of_old_streams() {
+        let mut table = Table::default();
+        table.reserve_stamp("fork", 1_000_000);
+        for i in 0..3 * RETIRED_KEEP {
+            table.retire(&format!("old-{i}"), 5);
+        }
+        assert_eq!(table.create_stamp("fork", 1_000_000), 1_000_001);
+        assert!(
+            table.retired.len() < 2 * RETIRED_KEEP,
+            "old stamps are pruned"
+        );
     }
 }
