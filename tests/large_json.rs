@@ -90,3 +90,28 @@ fn a_large_batch_frame_gets_its_records() {
     assert_eq!(acks[1]["stream_record_start"], records);
     assert_eq!(acks[2]["status"], 400);
 }
+
+#[test]
+fn a_large_json_create_gets_its_records_and_errors() {
+    let s = server();
+    let (body, records) = array(1_900_000);
+    let r = req(s.addr, "PUT", "/large/created", &JSON, &body);
+    assert_eq!(r.status, 201, "{}", r.text());
+    assert_eq!(
+        r.header("stream-record-next"),
+        Some(records.to_string().as_str())
+    );
+    let mut broken = body.clone();
+    let at = broken.len() - 1;
+    broken[at] = b',';
+    let large = req(s.addr, "PUT", "/large/broken", &JSON, &broken);
+    assert_eq!(large.status, 400, "{}", large.text());
+    assert_eq!(req(s.addr, "HEAD", "/large/broken", &[], b"").status, 404);
+    // An empty array creates an empty stream (§7.1), however much space it holds.
+    let mut spaced = b"[".to_vec();
+    spaced.resize(1_900_000, b' ');
+    spaced.push(b']');
+    let empty = req(s.addr, "PUT", "/large/empty", &JSON, &spaced);
+    assert_eq!(empty.status, 201, "{}", empty.text());
+    assert_eq!(empty.header("stream-record-next"), Some("0"));
+}

@@ -90,12 +90,16 @@ fn requested_content_type(req: &Request) -> Result<String, Response> {
 
 /// The initial body in canonical form: JSON streams normalize (an empty array
 /// is allowed on create, PROTOCOL.md §7.1).
+/// The shard may have normalized a large body ahead (`Request::normalized`).
 fn canonical_body(req: &Request, content_type: &str) -> Result<Vec<u8>, Response> {
     if !content_type::is_json(content_type) || req.body.is_empty() {
         return Ok(req.body.to_vec());
     }
-    let mut data = Vec::with_capacity(req.body.len() + 1);
-    json::normalize_into(req.body, true, &mut data).map_err(|e| bad_request(&e.message()))?;
+    let normalized = req.normalized.take().unwrap_or_else(|| {
+        let mut data = Vec::with_capacity(req.body.len() + 1);
+        json::normalize_into(req.body, true, &mut data).map(|count| (data, count))
+    });
+    let (data, _) = normalized.map_err(|e| bad_request(&e.message()))?;
     Ok(data)
 }
 

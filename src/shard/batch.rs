@@ -80,8 +80,7 @@ pub async fn serve(
         }
         since_yield += frame.len();
         // A large JSON frame is normalized in slices, as a large append is.
-        let ct = head.header("content-type");
-        let normalized = match slices::worth_slicing(shard, key, frame.len(), ct) {
+        let normalized = match slices::worth_slicing(shard, head, key, frame.len()) {
             true => Some(slices::normalized(frame).await),
             false => None,
         };

@@ -194,6 +194,13 @@ async fn stream_request(
     keep: bool,
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
+    // Before the bucket checks: from those to the decision nothing awaits,
+    // so a create cannot land in a bucket deleted meanwhile.
+    let slicing = !sr.attrs && slices::worth_slicing(shard, sr.head, sr.key, sr.body.len());
+    let normalized = match slicing {
+        true => Some(slices::normalized(sr.body).await),
+        false => None,
+    };
     if let Some(bucket) = sr.bucket {
         // Only a create can meet a bucket's freeze (it has no streams).
         if creates(shard, &sr) {
@@ -203,12 +210,6 @@ async fn stream_request(
             return respond(shard, socket, reply, keep, is_head).await;
         }
     }
-    let appends = sr.head.method == Method::Post && !sr.attrs;
-    let ct = sr.head.header("content-type");
-    let normalized = match appends && slices::worth_slicing(shard, sr.key, sr.body.len(), ct) {
-        true => Some(slices::normalized(sr.body).await),
-        false => None,
-    };
     let now_ms = shard.reap_if_expired(sr.key);
     let req = Request {
         head: sr.head,
