@@ -115,3 +115,27 @@ fn a_large_json_create_gets_its_records_and_errors() {
     assert_eq!(empty.status, 201, "{}", empty.text());
     assert_eq!(empty.header("stream-record-next"), Some("0"));
 }
+
+#[test]
+fn a_large_json_fork_body_gets_its_records_and_errors() {
+    let s = server();
+    assert_eq!(
+        req(s.addr, "PUT", "/large/source", &JSON, b"[1,2]").status,
+        201
+    );
+    let (body, records) = array(1_500_000);
+    let from = [("Stream-Forked-From", "/large/source")];
+    let fork = req(s.addr, "PUT", "/large/forked", &from, &body);
+    assert_eq!(fork.status, 201, "{}", fork.text());
+    let next = (records + 2).to_string();
+    assert_eq!(fork.header("stream-record-next"), Some(next.as_str()));
+    let mut broken = body.clone();
+    let at = broken.len() - 1;
+    broken[at] = b',';
+    let refused = req(s.addr, "PUT", "/large/broken-fork", &from, &broken);
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert_eq!(
+        req(s.addr, "HEAD", "/large/broken-fork", &[], b"").status,
+        404
+    );
+}

@@ -248,10 +248,12 @@ pub struct ForkConfig {
 
 /// Content type and lifetime inherited unless the request gives them
 /// (§4.2 table: a fork asking for either expiry gets exactly that).
+/// `normalized`: the body, normalized by the shard ahead (a large one).
 pub fn configure(
     fork: &ForkRequest,
     plan: &SourcePlan,
     body: &[u8],
+    normalized: Option<json::Normalized>,
 ) -> Result<ForkConfig, Response> {
     let content_type = fork
         .spec
@@ -264,9 +266,11 @@ pub fn configure(
     };
     let body = match content_type::is_json(&content_type) && !body.is_empty() {
         true => {
-            let mut out = Vec::with_capacity(body.len() + 1);
-            json::normalize_into(body, true, &mut out).map_err(|e| bad_request(&e.message()))?;
-            out
+            let normalized = normalized.unwrap_or_else(|| {
+                let mut out = Vec::with_capacity(body.len() + 1);
+                json::normalize_into(body, true, &mut out).map(|count| (out, count))
+            });
+            normalized.map_err(|e| bad_request(&e.message()))?.0
         }
         false => body.to_vec(),
     };

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use super::commit::Effect;
 use super::placement::shard_of;
 use super::store::{self, FetchError};
-use super::{Shard, buckets, mesh::MeshMsg, snapshot};
+use super::{Shard, buckets, mesh::MeshMsg, slices, snapshot};
 use crate::protocol::fork::{self, ForkRequest, ForkSpec, SourcePlan};
 use crate::protocol::response::{index_full, not_found, storage_unavailable};
 use crate::protocol::{Request, Response, offset, records};
@@ -172,7 +172,11 @@ pub async fn create(
     if shard.table.borrow().index_refuses(inherited + STREAM_BYTES) {
         return index_full();
     }
-    let config = match fork::configure(&request, &plan, req.body) {
+    let normalized = match slices::worth_slicing_fork(&request, &plan, req.body.len()) {
+        true => Some(slices::normalized(req.body).await),
+        false => None,
+    };
+    let config = match fork::configure(&request, &plan, req.body, normalized) {
         Ok(config) => config,
         Err(reply) => return reply,
     };

@@ -2,13 +2,14 @@
 //! `protocol::json::Normalizing`): a 32 MiB append of one-byte records took
 //! its shard's thread ~100 ms to normalize in one go, and every other client
 //! of the shard waited. The shard normalizes such a body (an append's, an
-//! append-batch frame's, a new JSON stream's initial one) ahead of the
+//! append-batch frame's, a new JSON stream's or fork's initial one) ahead of the
 //! decision, letting its other tasks run after each slice; the decision then
 //! takes the result (`Request::normalized`) if the stream is still JSON.
 
 use super::Shard;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::content_type;
+use crate::protocol::fork::{ForkRequest, SourcePlan};
 use crate::protocol::json::{Normalized, Normalizing};
 
 /// Bodies at least this large are normalized in slices of this much.
@@ -40,6 +41,17 @@ pub fn worth_slicing(shard: &Shard, head: &RequestHead, key: &str, len: usize) -
         }
         _ => false,
     }
+}
+
+/// Whether a fork's body of `len` bytes is normalized ahead: large, and
+/// the fork's content type (its own, or its source's) is JSON.
+pub fn worth_slicing_fork(fork: &ForkRequest, plan: &SourcePlan, len: usize) -> bool {
+    let ct = fork
+        .spec
+        .content_type
+        .as_deref()
+        .unwrap_or(&plan.content_type);
+    len >= SLICE_BYTES && content_type::is_json(ct)
 }
 
 /// `json::normalize_into(body, true, ..)`, yielding to the shard's other
