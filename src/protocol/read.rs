@@ -270,10 +270,9 @@ pub fn fetch_span(stream: &Stream, plan: &ReadPlan) -> (u64, u64, Cut) {
 
 /// A 200 carrying the fetched window with the headers every read shares.
 /// `fetched` holds at least the bytes of the window (from `fetch_span`).
-fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (Response, String) {
+fn data_reply(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> Response {
     let (end, body) = window_body(stream, plan, cut, fetched);
-    let (reply, tag) = data_head(stream, plan, end);
-    (reply.with_body(body), tag)
+    data_head(stream, plan, end).with_body(body)
 }
 
 /// Where the fetched window ends once `cut` is resolved, and its bytes
@@ -285,8 +284,8 @@ fn window_body(stream: &Stream, plan: &ReadPlan, cut: Cut, fetched: &[u8]) -> (u
     (end, body)
 }
 
-/// The head of a 200 answering `[plan.start, end)`, and its ETag.
-pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> (Response, String) {
+/// The head of a 200 answering `[plan.start, end)`, with its ETag.
+pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> Response {
     let at_tail = end == stream.tail();
     let closed_here = at_tail && stream.is_closed();
     let tag = view_etag(stream, plan, end, closed_here);
@@ -295,11 +294,8 @@ pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> (Response
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
-        .header("etag", tag.clone());
-    (
-        with_record_headers(stream, plan, reply, plan.start, end),
-        tag,
-    )
+        .header("etag", tag);
+    with_record_headers(stream, plan, reply, plan.start, end)
 }
 
 /// 410 when retention moved past a record-aware read's start while its
@@ -324,7 +320,7 @@ pub fn catch_up(
     if let Some(gone) = overtaken(stream, plan) {
         return gone;
     }
-    let (reply, tag) = data_reply(stream, plan, cut, fetched);
+    let reply = data_reply(stream, plan, cut, fetched);
     // §10.1 (the extensions' base): "Catch-up chunks remain fully
     // cacheable, including chunks at the tail"; only the empty answer at
     // the tail, which new data would change, must not be cached (a closed
@@ -336,11 +332,12 @@ pub fn catch_up(
         true => "no-store".to_string(),
         false => cache_control(stream, now_ms),
     };
-    validated(if_none_match, stream, reply, tag, cache)
+    validated(if_none_match, reply, cache)
 }
 
 /// The 304 that `If-None-Match` asks for instead of the 200 `head` (its
-/// ETag, Cache-Control and cursor), when it names the head's ETag.
+/// ETag, Cache-Control, cursor and extension token: RFC 9110 §15.4.5, a
+/// 304 carries the 200's Cache-Control too), when it names the head's ETag.
 pub fn not_modified(if_none_match: Option<&str>, head: &Response) -> Option<Response> {
     let tag = head.get_header("etag")?;
     if !if_none_match.is_some_and(|header| etag_matches(header, tag)) {
@@ -360,23 +357,11 @@ pub fn not_modified(if_none_match: Option<&str>, head: &Response) -> Option<Resp
     Some(reply)
 }
 
-/// `reply` with its Cache-Control, or the 304 that `If-None-Match`
-/// matching `tag` asks for instead.
-pub(super) fn validated(
-    if_none_match: Option<&str>,
-    stream: &Stream,
-    reply: Response,
-    tag: String,
-    cache: String,
-) -> Response {
-    if if_none_match.is_some_and(|header| etag_matches(header, &tag)) {
-        // RFC 9110 §15.4.5: a 304 carries the 200's Cache-Control too.
-        let not_modified = Response::new(304)
-            .header("etag", tag)
-            .header("cache-control", cache);
-        return records::advertise(stream, not_modified);
-    }
-    reply.header("cache-control", cache)
+/// `reply` (a `data_head`) with its Cache-Control, or the 304 that
+/// `If-None-Match` naming its ETag asks for instead.
+pub(super) fn validated(if_none_match: Option<&str>, reply: Response, cache: String) -> Response {
+    let reply = reply.header("cache-control", cache);
+    not_modified(if_none_match, &reply).unwrap_or(reply)
 }
 
 /// Whether an `If-None-Match` value matches `tag` (RFC 9110 §13.1.2): `*`,
@@ -471,7 +456,7 @@ pub fn poll_head(
         return Err(gone);
     }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
-    let (reply, _) = data_head(stream, plan, end);
+    let reply = data_head(stream, plan, end);
     Ok(reply
         .header("stream-cursor", cursor)
         .header("cache-control", PUBLIC_CACHE))

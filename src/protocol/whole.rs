@@ -41,9 +41,9 @@ pub fn head(
         end > plan.start && end <= stream.tail(),
         "a whole read has data"
     );
-    let (reply, tag) = read::data_head(stream, plan, end);
+    let reply = read::data_head(stream, plan, end);
     let cache = read::cache_control(stream, now_ms);
-    read::validated(if_none_match, stream, reply, tag, cache)
+    read::validated(if_none_match, reply, cache)
 }
 
 /// Renders the body of a whole answer one fetched window at a time, in the
