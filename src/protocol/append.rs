@@ -91,14 +91,7 @@ pub fn canonical(
         return Ok(body.to_vec());
     }
     let invalid = |e: &json::JsonError| bad_request(&e.message());
-    let (data, count) = match normalized {
-        Some(done) => done.map_err(|e| invalid(&e))?,
-        None => {
-            let mut data = Vec::with_capacity(body.len() + 1);
-            let count = json::normalize_into(body, true, &mut data).map_err(|e| invalid(&e))?;
-            (data, count)
-        }
-    };
+    let (data, count) = json::normalized(body, normalized).map_err(|e| invalid(&e))?;
     if count == 0 {
         return Err(invalid(&json::JsonError::EmptyArray));
     }

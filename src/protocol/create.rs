@@ -95,10 +95,7 @@ fn canonical_body(req: &Request, content_type: &str) -> Result<Vec<u8>, Response
     if !content_type::is_json(content_type) || req.body.is_empty() {
         return Ok(req.body.to_vec());
     }
-    let normalized = req.normalized.take().unwrap_or_else(|| {
-        let mut data = Vec::with_capacity(req.body.len() + 1);
-        json::normalize_into(req.body, true, &mut data).map(|count| (data, count))
-    });
+    let normalized = json::normalized(req.body, req.normalized.take());
     let (data, _) = normalized.map_err(|e| bad_request(&e.message()))?;
     Ok(data)
 }

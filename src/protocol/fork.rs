@@ -266,10 +266,7 @@ pub fn configure(
     };
     let body = match content_type::is_json(&content_type) && !body.is_empty() {
         true => {
-            let normalized = normalized.unwrap_or_else(|| {
-                let mut out = Vec::with_capacity(body.len() + 1);
-                json::normalize_into(body, true, &mut out).map(|count| (out, count))
-            });
+            let normalized = json::normalized(body, normalized);
             normalized.map_err(|e| bad_request(&e.message()))?.0
         }
         false => body.to_vec(),

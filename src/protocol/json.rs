@@ -85,6 +85,15 @@ pub fn normalize_into(
 /// count, as `normalize_into` with empty arrays allowed gives them.
 pub type Normalized = Result<(Vec<u8>, usize), JsonError>;
 
+/// `body` normalized (empty arrays allowed) into a buffer of its own, or
+/// `ahead`, its normalization when the shard made it already.
+pub fn normalized(body: &[u8], ahead: Option<Normalized>) -> Normalized {
+    ahead.unwrap_or_else(|| {
+        let mut out = Vec::with_capacity(body.len() + 1);
+        normalize_into(body, true, &mut out).map(|count| (out, count))
+    })
+}
+
 /// `normalize_into` (empty arrays allowed) in steps, for a body too large
 /// to normalize at once: the shard runs its other clients between them.
 /// On an error `out` is left as it was.
