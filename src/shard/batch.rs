@@ -33,13 +33,9 @@ const YIELD_BYTES: usize = 1 << 20;
 
 /// The ack of a frame whose commit failed.
 fn not_committed(error: &CommitError) -> Ack {
-    let code = match (error.too_large, error.no_space) {
-        (true, _) => "record_too_large",
-        (false, true) => "insufficient_storage",
-        (false, false) => "storage_unavailable",
-    };
+    let (status, code) = error.status();
     Ack::Failed {
-        status: error.response().status,
+        status,
         code,
         message: error.message.clone(),
         next: None,

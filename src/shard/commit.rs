@@ -55,17 +55,23 @@ impl CommitError {
     /// 507 when the disk is full, else 503 (both retryable), with a JSON
     /// error body.
     pub fn response(&self) -> Response {
+        let (status, code) = self.status();
         if self.too_large {
             let message = format!("the write was refused: {}", self.message);
-            return Response::error(413, "record_too_large", &message);
+            return Response::error(status, code, &message);
         }
-        let (status, code) = if self.no_space {
-            (507, "insufficient_storage")
-        } else {
-            (503, "storage_unavailable")
-        };
         let message = format!("the write was not committed: {}", self.message);
         Response::error(status, code, &message).header("retry-after", "1")
+    }
+
+    /// The status and error code the client is told (an append-batch frame
+    /// too, in its acknowledgement).
+    pub fn status(&self) -> (u16, &'static str) {
+        match (self.too_large, self.no_space) {
+            (true, _) => (413, "record_too_large"),
+            (false, true) => (507, "insufficient_storage"),
+            (false, false) => (503, "storage_unavailable"),
+        }
     }
 }
 
