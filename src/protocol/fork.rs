@@ -255,11 +255,7 @@ pub fn configure(
     body: &[u8],
     normalized: Option<json::Normalized>,
 ) -> Result<ForkConfig, Response> {
-    let content_type = fork
-        .spec
-        .content_type
-        .clone()
-        .unwrap_or_else(|| plan.content_type.clone());
+    let content_type = content_type(fork, plan).to_string();
     let lifetime = match asks_lifetime(fork) {
         true => fork.lifetime.clone(),
         false => plan.lifetime.clone(),
@@ -287,6 +283,14 @@ pub fn origin(fork: &ForkRequest, plan: &SourcePlan) -> ForkOrigin {
         sub: fork.spec.sub,
         own_lifetime: asks_lifetime(fork),
     }
+}
+
+/// The fork's content type: its own, or else its source's (§4.2).
+pub fn content_type<'a>(fork: &'a ForkRequest, plan: &'a SourcePlan) -> &'a str {
+    fork.spec
+        .content_type
+        .as_deref()
+        .unwrap_or(&plan.content_type)
 }
 
 /// Whether a fork request names a TTL or Expires-At of its own.

@@ -76,10 +76,8 @@ pub async fn serve(
         }
         since_yield += frame.len();
         // A large JSON frame is normalized in slices, as a large append is.
-        let normalized = match slices::worth_slicing(shard, head, key, frame.len()) {
-            true => Some(slices::normalized(frame).await),
-            false => None,
-        };
+        let wanted = slices::worth_slicing(shard, head, key, frame.len());
+        let normalized = slices::ahead(wanted, frame).await;
         let table = shard.table.borrow();
         let decided = batch::decide_frame(key, incarnation, &table, (frame, normalized), now_ms);
         drop(table);

@@ -197,10 +197,7 @@ async fn stream_request(
     // Before the bucket checks: from those to the decision nothing awaits,
     // so a create cannot land in a bucket deleted meanwhile.
     let slicing = !sr.attrs && slices::worth_slicing(shard, sr.head, sr.key, sr.body.len());
-    let normalized = match slicing {
-        true => Some(slices::normalized(sr.body).await),
-        false => None,
-    };
+    let normalized = slices::ahead(slicing, sr.body).await;
     if let Some(bucket) = sr.bucket {
         // Only a create can meet a bucket's freeze (it has no streams).
         if creates(shard, &sr) {
@@ -237,10 +234,7 @@ async fn stream_request(
             // once everything it saw is committed. Reads see published state.
             let writes = matches!(sr.head.method, Method::Put | Method::Post | Method::Delete);
             let reply = match writes {
-                true => shard
-                    .barrier()
-                    .await
-                    .map_or_else(|e| e.response(), |()| reply),
+                true => shard.when_committed(reply).await,
                 false => reply,
             };
             let reply = advertised(shard, sr.key, reply);

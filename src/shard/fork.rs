@@ -145,7 +145,7 @@ pub async fn create(
     bucket: Option<&str>,
 ) -> Response {
     if let Some(reply) = recreate(shard, req.key, &request) {
-        return committed(shard, reply).await;
+        return shard.when_committed(reply).await;
     }
     if shard.table.borrow().index_refuses(STREAM_BYTES) {
         return index_full();
@@ -172,10 +172,8 @@ pub async fn create(
     if shard.table.borrow().index_refuses(inherited + STREAM_BYTES) {
         return index_full();
     }
-    let normalized = match slices::worth_slicing_fork(&request, &plan, req.body.len()) {
-        true => Some(slices::normalized(req.body).await),
-        false => None,
-    };
+    let wanted = slices::worth_slicing_fork(&request, &plan, req.body.len());
+    let normalized = slices::ahead(wanted, req.body).await;
     let config = match fork::configure(&request, &plan, req.body, normalized) {
         Ok(config) => config,
         Err(reply) => return reply,
@@ -208,7 +206,7 @@ pub async fn create(
     // Another request created the stream while this one copied: answer
     // once that is committed (it may yet fail), as at the top.
     if let Some(reply) = recreate(shard, req.key, &request) {
-        return committed(shard, reply).await;
+        return shard.when_committed(reply).await;
     }
     // The bucket may have been deleted, or frozen for deletion, meanwhile
     // (extensions §1.5: only an empty bucket goes). Checked with no await
@@ -263,14 +261,6 @@ fn index_refuses_fork(shard: &Shard, id: u64, json: bool, data: &[u8]) -> bool {
         messages => append_index_bytes(messages),
     };
     table.index_refuses(STREAM_BYTES + table.staged_index_bytes(id) + own)
-}
-
-/// `reply`, which rests on the head state, once that is committed.
-async fn committed(shard: &Shard, reply: Response) -> Response {
-    shard
-        .barrier()
-        .await
-        .map_or_else(|e| e.response(), |()| reply)
 }
 
 /// A fork's staging area, dropped however the fork ends (committed, failed,

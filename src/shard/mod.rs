@@ -216,6 +216,17 @@ impl Shard {
         Ok(self.commits.ticket())
     }
 
+    /// `reply`, built on the head state, once everything decided so far is
+    /// committed (or the commit's error instead).
+    pub async fn when_committed(
+        &self,
+        reply: crate::protocol::Response,
+    ) -> crate::protocol::Response {
+        self.barrier()
+            .await
+            .map_or_else(|e| e.response(), |()| reply)
+    }
+
     /// Waits until everything decided so far is committed: a reply built
     /// on the head state may go out only then.
     pub async fn barrier(&self) -> Result<(), CommitError> {

@@ -9,7 +9,7 @@
 use super::Shard;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::content_type;
-use crate::protocol::fork::{ForkRequest, SourcePlan};
+use crate::protocol::fork::{self, ForkRequest, SourcePlan};
 use crate::protocol::json::{Normalized, Normalizing};
 
 /// Bodies at least this large are normalized in slices of this much.
@@ -46,17 +46,20 @@ pub fn worth_slicing(shard: &Shard, head: &RequestHead, key: &str, len: usize) -
 /// Whether a fork's body of `len` bytes is normalized ahead: large, and
 /// the fork's content type (its own, or its source's) is JSON.
 pub fn worth_slicing_fork(fork: &ForkRequest, plan: &SourcePlan, len: usize) -> bool {
-    let ct = fork
-        .spec
-        .content_type
-        .as_deref()
-        .unwrap_or(&plan.content_type);
-    len >= SLICE_BYTES && content_type::is_json(ct)
+    len >= SLICE_BYTES && content_type::is_json(fork::content_type(fork, plan))
+}
+
+/// `body` normalized ahead when `wanted` (one of the `worth_slicing`s).
+pub async fn ahead(wanted: bool, body: &[u8]) -> Option<Normalized> {
+    match wanted {
+        true => Some(normalized(body).await),
+        false => None,
+    }
 }
 
 /// `json::normalize_into(body, true, ..)`, yielding to the shard's other
 /// tasks after every `SLICE_BYTES` of the body.
-pub async fn normalized(body: &[u8]) -> Normalized {
+async fn normalized(body: &[u8]) -> Normalized {
     let mut lines = Vec::with_capacity(body.len() + 1);
     let mut steps = Normalizing::new(body, &mut lines);
     let outcome = loop {

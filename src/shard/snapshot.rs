@@ -135,10 +135,7 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response
         let (id, snap) = match decided {
             Err(reply) => return reply,
             Ok((_, Publish::Same(reply))) => {
-                return shard
-                    .barrier()
-                    .await
-                    .map_or_else(|e| e.response(), |()| reply);
+                return shard.when_committed(reply).await;
             }
             Ok((id, Publish::Write(snap))) => (id, snap),
         };
@@ -210,10 +207,7 @@ pub async fn serve_retention(
     let command = match decided {
         Err(reply) => return reply,
         Ok((_, None)) => {
-            return shard
-                .barrier()
-                .await
-                .map_or_else(|e| e.response(), |()| Response::new(204));
+            return shard.when_committed(Response::new(204)).await;
         }
         Ok((id, Some((offset, first_record)))) => Command::Retain {
             key: key.to_string(),
