@@ -98,12 +98,12 @@ pub fn encode_within<T>(
     let (kind, returned) = write(out);
     assert_ne!(kind, 0, "record kind 0 is reserved for zero-filled space");
     let payload_len = out.len() - start - HEADER_BYTES;
-    let unbounded = (HEADER_BYTES + payload_len).next_multiple_of(RECORD_ALIGN);
-    if payload_len > MAX_PAYLOAD_BYTES || unbounded > most {
+    // `framed_len` without its assert: a payload past the max is an `Err`.
+    let framed = (HEADER_BYTES + payload_len).next_multiple_of(RECORD_ALIGN);
+    if payload_len > MAX_PAYLOAD_BYTES || framed > most {
         out.truncate(start);
-        return Err(unbounded);
+        return Err(framed);
     }
-    let framed = framed_len(payload_len);
     let header = checked_header(kind, seq, payload_len);
     let sum = checksum(&header, &out[start + HEADER_BYTES..]);
     out[start..start + CHECKED_HEADER_BYTES].copy_from_slice(&header);

@@ -43,7 +43,7 @@ impl CommitError {
         }
     }
 
-    fn too_large(framed: usize, most: u64) -> CommitError {
+    fn too_large(framed: usize, most: usize) -> CommitError {
         CommitError {
             no_space: false,
             too_large: true,
@@ -180,7 +180,7 @@ struct Queue {
 pub struct Commits {
     /// The largest framed record a segment holds: a larger one is refused
     /// before it is queued (queued, it would fail every write behind it).
-    max_record_bytes: u64,
+    max_record_bytes: usize,
     queue: RefCell<Queue>,
     uncommitted: RefCell<VecDeque<Uncommitted>>,
     next_seq: Cell<u64>,
@@ -206,7 +206,7 @@ impl Commits {
     pub fn new(next_seq: u64, max_record_bytes: u64) -> Commits {
         assert!(next_seq >= 1);
         Commits {
-            max_record_bytes,
+            max_record_bytes: usize::try_from(max_record_bytes).unwrap_or(usize::MAX),
             queue: RefCell::default(),
             uncommitted: RefCell::default(),
             next_seq: Cell::new(next_seq),
@@ -225,7 +225,7 @@ impl Commits {
         let start = queue.bytes.len();
         // Encoded straight behind its header: a 32 MiB append is not built
         // apart and copied once more.
-        let most = usize::try_from(self.max_record_bytes).unwrap_or(usize::MAX);
+        let most = self.max_record_bytes;
         let (_, data_at) = format::encode_within(seq, most, &mut queue.bytes, |out| {
             codec::encode_located(entry, out)
         })
