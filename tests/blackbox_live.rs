@@ -298,6 +298,47 @@ fn sse_from_now_starts_at_the_tail() {
     assert_eq!(sse.expect_data(Duration::from_secs(3)).data, "future");
 }
 
+/// §5.5: "for non-live reads without data beyond the requested offset,
+/// servers SHOULD return 200 OK with an empty body"; a well-formed token past
+/// the tail (here one of a deleted predecessor) reads as the tail, and live
+/// reads wait there.
+#[test]
+fn a_token_past_the_tail_reads_as_the_tail() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, "application/json", b"");
+    let old_tail = append(&s, &path, "application/json", br#"[{"a":1},{"b":2}]"#);
+    assert_eq!(req(s.addr, "DELETE", &path, &[], b"").status, 204);
+    let tail = create(&s, &path, "application/json", b"");
+
+    let r = req(
+        s.addr,
+        "GET",
+        &format!("{path}?offset={old_tail}"),
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{:?} {}", r.headers, r.text());
+    assert_eq!(r.body, b"[]");
+    assert_eq!(next_offset(&r), tail);
+    assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
+
+    let mut waiter = Conn::open(s.addr);
+    let poll = waiter.build_request("GET", &long_poll_path(&path, &old_tail), &[], b"");
+    waiter.send_raw(&poll);
+    assert_no_response_within(&mut waiter, Duration::from_millis(200));
+    let mut sse = Sse::open(s.addr, &sse_path(&path, &old_tail));
+    assert_sse_head(&sse);
+    assert_control(&sse.expect("control", Duration::from_secs(3)), &tail, true);
+
+    let new_tail = append(&s, &path, "application/json", br#"{"c":3}"#);
+    let r = waiter.read_response();
+    assert_eq!((r.status, r.text()), (200, r#"[{"c":3}]"#.to_string()));
+    assert_eq!(next_offset(&r), new_tail);
+    let d = sse.expect_data(Duration::from_secs(3));
+    assert_eq!(d.data.replace('\n', ""), r#"[{"c":3}]"#);
+}
+
 #[test]
 fn sse_text_payload_starting_with_a_space_survives() {
     // PROTOCOL.md §5.7: "Data is emitted in Server-Sent Events format"; an

@@ -157,13 +157,15 @@ pub fn gone_before(retained: u64) -> Response {
     .header("stream-next-offset", offset::format(retained))
 }
 
-/// A token must lie within the stream; on v1 JSON streams also on a message
-/// boundary (they render whole messages). Bucketed reads may end, and so
-/// resume, inside a record.
+/// A token past the tail reads as the tail: "for non-live reads without
+/// data beyond the requested offset, servers SHOULD return 200 OK with an
+/// empty body" (PROTOCOL.md §5.5), and the tail is the one position such a
+/// client can resume from (a token of a deleted incarnation, say); live
+/// reads wait there. Before it: 410 once retention passed it. On v1 JSON
+/// streams a token must also lie on a message boundary (they render whole
+/// messages); bucketed reads may end, and so resume, inside a record.
 fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64, Response> {
-    if pos > stream.tail() {
-        return Err(bad_request("offset is beyond the tail of the stream"));
-    }
+    let pos = pos.min(stream.tail());
     if pos < stream.retained {
         return Err(gone(stream));
     }

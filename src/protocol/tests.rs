@@ -396,16 +396,21 @@ fn reads_validate_offsets_and_honour_etags() {
             .status,
         400
     );
-    assert_eq!(
-        h.reply(
-            "GET",
-            &format!("{KEY}?offset={}", offset::format(99)),
-            &[],
-            b""
-        )
-        .status,
-        400
+    // §5.5: no data beyond the requested offset is an empty 200; past the
+    // tail it names the tail, where the client can resume.
+    let past = h.reply(
+        "GET",
+        &format!("{KEY}?offset={}", offset::format(99)),
+        &[],
+        b"",
     );
+    let tail_token = offset::format(5);
+    assert_eq!((past.status, past.body.len()), (200, 0));
+    assert_eq!(
+        past.get_header("stream-next-offset"),
+        Some(tail_token.as_str())
+    );
+    assert_eq!(past.get_header("stream-up-to-date"), Some("true"));
     let full = h.reply("GET", KEY, &[], b"");
     // §10.1: data chunks are cacheable, also the one reaching the tail; the
     // empty answer at the tail is not.
@@ -472,6 +477,18 @@ fn long_poll_waits_only_at_the_tail() {
         panic!("expected a wait at the tail");
     };
     assert_eq!(plan.mode, LiveMode::LongPoll);
+    // A token past the tail waits at the tail (§5.5).
+    let past = offset::format(50);
+    let Action::Read(from_past) = h.run(
+        "GET",
+        &format!("{KEY}?offset={past}&live=long-poll"),
+        &[],
+        b"",
+        NOW,
+    ) else {
+        panic!("expected a wait at the tail");
+    };
+    assert_eq!(from_past.start, 0);
     let stream = h.table.get(KEY).unwrap();
     assert!(read::poll_empty(&plan, stream, NOW, 1, false).is_none());
     let timeout = read::poll_empty(&plan, stream, NOW, 1, true).unwrap();
