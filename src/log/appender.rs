@@ -47,9 +47,6 @@ pub struct Appender<S: Storage + 'static> {
     buffer: Option<AlignedBuf>,
 }
 
-/// Write buffers up to this size are kept for the next batch.
-const KEEP_BUFFER_BYTES: usize = 4 << 20;
-
 /// Sync times kept for a caller that never takes them (re-sharding).
 const MAX_SYNC_TIMES: usize = 64;
 
@@ -191,7 +188,7 @@ impl<S: Storage + 'static> Appender<S> {
         buf.pad_to_block();
         let written = start + buf.len() as u64;
         let (mut result, back) = self.write_all(buf, start).await;
-        self.buffer = back.filter(|b| b.capacity() <= KEEP_BUFFER_BYTES);
+        self.buffer = back.filter(|b| super::worth_keeping(b.capacity(), b.len()));
         if result.is_ok() {
             // A write-through segment made the batch durable already.
             self.written_unsynced = !self.file.write_through();

@@ -121,11 +121,17 @@ pub fn encode_within<T>(
 /// the whole record) and updates its checksum.
 pub fn set_flags(frame: &mut [u8], flags: u8) {
     assert_eq!(flags & !FLAGS_KNOWN, 0, "unknown flags {flags:#x}");
-    let Decoded::Record { framed_len, .. } = decode(frame) else {
-        panic!("set_flags on something that is not a whole record");
-    };
+    // The frame's structure, not its checksum: that would hash the payload
+    // a third time (encode, here, and the new sum below) on every batch.
+    let header = frame.get(..HEADER_BYTES).expect("a whole record header");
+    let payload_len = check_probe(&header[..PROBE_BYTES])
+        .and_then(|()| check_header(header))
+        .expect("set_flags on a record header");
+    let framed_len = framed_len(payload_len);
+    assert!(frame.len() >= framed_len, "set_flags on a partial record");
+    debug_assert!(matches!(decode(frame), Decoded::Record { .. }));
     frame[7] = flags;
-    let payload_end = HEADER_BYTES + payload_len(frame);
+    let payload_end = HEADER_BYTES + payload_len;
     let sum = checksum(
         &frame[..CHECKED_HEADER_BYTES],
         &frame[HEADER_BYTES..payload_end],

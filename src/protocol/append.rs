@@ -63,7 +63,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let tail = stream.head_tail() + data.len() as u64;
     let first = stream.messages.next();
     let reply = success(producer.as_ref(), tail, close);
-    let reply = records::ack(stream, reply, first, first + records::count(&data));
+    let reply = records::ack(stream, reply, first, first + messages);
     let command = Command::Append {
         key: req.key.to_string(),
         stream_id: stream.id,

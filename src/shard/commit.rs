@@ -175,6 +175,8 @@ struct Queue {
     bytes: Vec<u8>,
     /// Start offset (in `bytes`) and seq of each queued record.
     records: Vec<(usize, u64)>,
+    /// A written batch's buffer, empty, for the next batch (`recycle`).
+    spare: Vec<u8>,
 }
 
 pub struct Commits {
@@ -304,7 +306,14 @@ impl Commits {
         let count = ends.take_while(|&end| end <= max_bytes).count().max(1);
         let cut = queue.records.get(count).map_or(total, |(start, _)| *start);
         let (last_start, last_seq) = queue.records[count - 1];
-        let mut bytes: Vec<u8> = queue.bytes.drain(..cut).collect();
+        let mut bytes = std::mem::take(&mut queue.spare);
+        if cut == total {
+            // The whole queue is the batch: trade buffers instead of copying.
+            std::mem::swap(&mut bytes, &mut queue.bytes);
+        } else {
+            bytes.extend_from_slice(&queue.bytes[..cut]);
+            queue.bytes.drain(..cut);
+        }
         self.note_batch_offsets(&queue.records[..count]);
         queue.records.drain(..count);
         for record in queue.records.iter_mut() {
@@ -316,6 +325,14 @@ impl Commits {
             last_seq,
             records: count,
         })
+    }
+
+    /// Takes back a written batch's buffer for a later batch.
+    pub fn recycle(&self, mut bytes: Vec<u8>) {
+        if crate::log::worth_keeping(bytes.capacity(), bytes.len()) {
+            bytes.clear();
+            self.queue.borrow_mut().spare = bytes;
+        }
     }
 
     /// Remembers where in the batch each of its records starts.
@@ -388,5 +405,78 @@ impl Commits {
 pub fn complete(tickets: &[Rc<Slot>], result: &Result<(), CommitError>) {
     for slot in tickets {
         slot.complete(result.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(name: &str) -> Entry {
+        Entry::BucketCreate {
+            bucket: name.to_string(),
+            created_at_ms: 1,
+        }
+    }
+
+    /// The records of a batch, decoded: (seq, flags, bucket name).
+    fn records(mut bytes: &[u8]) -> Vec<(u64, u8, String)> {
+        let mut out = Vec::new();
+        while let format::Decoded::Record { record, framed_len } = format::decode(bytes) {
+            let Ok(Entry::BucketCreate { bucket, .. }) = codec::decode(record.kind, record.payload)
+            else {
+                panic!("not the entry queued");
+            };
+            out.push((record.seq, record.flags, bucket));
+            bytes = &bytes[framed_len..];
+        }
+        assert!(bytes.is_empty(), "a batch is whole records");
+        out
+    }
+
+    #[test]
+    fn batches_are_cut_at_records_and_end_flagged() {
+        let commits = Commits::new(1, 1 << 20);
+        for name in ["a", "b", "c"] {
+            commits.enqueue(&bucket(name)).unwrap();
+        }
+        let one = commits.queue.borrow().records[1].0;
+        let first = commits.take_batch(2 * one).unwrap();
+        let end = format::FLAG_BATCH_END;
+        assert_eq!((first.records, first.last_seq), (2, 2));
+        assert_eq!(
+            records(&first.bytes),
+            [(1, 0, "a".into()), (2, end, "b".into())]
+        );
+        commits.recycle(first.bytes);
+        commits.enqueue(&bucket("d")).unwrap();
+        let rest = commits.take_batch(usize::MAX).unwrap();
+        assert_eq!(
+            records(&rest.bytes),
+            [(3, 0, "c".into()), (4, end, "d".into())]
+        );
+        assert!(commits.take_batch(usize::MAX).is_none());
+        commits.recycle(rest.bytes);
+        // A batch larger than the limit still takes its first record.
+        commits.enqueue(&bucket("e")).unwrap();
+        let alone = commits.take_batch(1).unwrap();
+        assert_eq!(records(&alone.bytes), [(5, end, "e".into())]);
+    }
+
+    #[test]
+    fn large_batch_buffers_are_kept_only_while_batches_fill_them() {
+        let commits = Commits::new(1, 1 << 20);
+        let spare = |c: &Commits| c.queue.borrow().spare.capacity();
+        commits.recycle(Vec::with_capacity(1 << 10));
+        assert_eq!(spare(&commits), 1 << 10, "small buffers are kept");
+        commits.recycle(vec![0; 5 << 20]);
+        assert!(spare(&commits) >= 5 << 20, "a full large one is kept");
+        let mut mostly_empty = Vec::with_capacity(64 << 20);
+        mostly_empty.resize(1 << 20, 0);
+        commits.recycle(mostly_empty);
+        assert!(
+            spare(&commits) < 64 << 20,
+            "a large one a small batch used is not"
+        );
     }
 }

@@ -71,6 +71,7 @@ pub async fn run<S: Storage + 'static>(
                 shard.on_failed(&e);
             }
         }
+        shard.commits.recycle(batch.bytes);
     }
 }
 
