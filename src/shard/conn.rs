@@ -347,10 +347,12 @@ async fn read_body(
         BodyKind::None => Ok((Vec::new(), leases)),
         BodyKind::Length(len) => {
             let len = len as usize;
-            // Room for the whole body at once (its bytes are leased above
-            // when large), so it is not copied as the buffer grows; a read
-            // chunk more keeps `fill` from growing it at the very end.
-            buf.reserve_exact((len + READ_CHUNK).saturating_sub(buf.len()));
+            // Room for the rest of the body at once (its bytes are leased
+            // above when large), so it is not copied as the buffer grows;
+            // a read chunk more keeps `fill` from growing it at the end.
+            if buf.len() < len {
+                buf.reserve_exact(len + READ_CHUNK - buf.len());
+            }
             while buf.len() < len {
                 stalled(fill(socket, buf, idle).await)?;
             }
