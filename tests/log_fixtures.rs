@@ -157,8 +157,10 @@ fn expected() -> Vec<Entry> {
             first_record: 0,
             fork: None,
             soft_deleted: false,
-            // Version 1 images carry no producer rings (a later tail field).
+            // Version 1 images carry no producer rings nor a logged access
+            // (later tail fields).
             recent: Vec::new(),
+            logged_access_ms: 0,
         })),
         Entry::Stream(Command::Delete {
             key: "/v1/stream/logs/app".to_string(),

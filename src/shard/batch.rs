@@ -90,7 +90,12 @@ pub async fn serve(
             Err(failed) => acks.push(failed),
         }
     }
-    shard.table.borrow_mut().touch(key, now_ms);
+    // The frames' records log the access when any went ahead; otherwise a
+    // logged one commits before the answer, as on every write. Its failure
+    // would not change what the acks say of the frames.
+    if let Some(touched) = shard.touch(key, now_ms) {
+        let _ = touched.await;
+    }
     // Frames on either side of a yield may commit in different batches,
     // and a failed batch undoes only what was submitted before it.
     for (frame, ticket) in tickets {

@@ -196,6 +196,15 @@ impl Shard {
         now_ms
     }
 
+    /// Records an access of `key` at `now_ms` (`Stream-TTL` slides from it);
+    /// one a restart must know of is logged too, and its ticket returned
+    /// for the answer to wait for (`protocol::access_record`).
+    pub fn touch(&self, key: &str, now_ms: u64) -> Option<Ticket> {
+        let record = crate::protocol::access_record(&self.table.borrow(), key, now_ms);
+        self.table.borrow_mut().touch(key, now_ms);
+        record.map(|command| self.submit(vec![command]))
+    }
+
     /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
     /// writes are then refused with 503 rather than queued without bound.
     pub fn commit_queue_full(&self) -> bool {

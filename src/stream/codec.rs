@@ -36,13 +36,14 @@
 //! 12 FORK           the CREATE fields, then start u64, fork, retained u64,
 //!                   first_record u64
 //! 13 SOFT_DELETE    key str, stream_id u64
+//! 14 TOUCH          key str, stream_id u64, now_ms u64
 //!
 //! fork              source str, source_id u64, offset u64, sub u64
 //! snapshot          offset u64, content_type str, digest str, len u64
 //!                   (IMAGE ends with opt<snapshot>, retained u64,
 //!                   first_record tail<u64>, fork tail<opt<fork>>,
-//!                   soft_deleted tail<bool>, recent tail<list<ring>>:
-//!                   `codec_image.rs`)
+//!                   soft_deleted tail<bool>, recent tail<list<ring>>,
+//!                   logged_access_ms tail<u64>: `codec_image.rs`)
 //! tail<T>           an optional last field added after version 1 was
 //!                   frozen: absent in older records (decoded as 0)
 //!
@@ -114,6 +115,9 @@ pub struct StreamImage {
     /// Each producer's latest appends, in `producers` order (empty in
     /// images written before they were added; `codec_image.rs`).
     pub recent: Vec<crate::stream::state::RecentWrites>,
+    /// `Stream::logged_access_ms` (0 in images written before it was
+    /// added: then the creation and the last write bound it).
+    pub logged_access_ms: u64,
 }
 
 /// Record kinds (the log's opaque, non-zero `u8`).
@@ -131,6 +135,7 @@ pub mod kind {
     pub const RETENTION: u8 = 11;
     pub const FORK: u8 = 12;
     pub const SOFT_DELETE: u8 = 13;
+    pub const TOUCH: u8 = 14;
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -282,6 +287,16 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
             w.str(key);
             w.u64(*stream_id);
             kind::SOFT_DELETE
+        }
+        Command::Touch {
+            key,
+            stream_id,
+            now_ms,
+        } => {
+            w.str(key);
+            w.u64(*stream_id);
+            w.u64(*now_ms);
+            kind::TOUCH
         }
         Command::Fork { .. } => encode_fork(command, w),
         Command::Retain {
@@ -553,6 +568,11 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
         kind::SOFT_DELETE => Entry::Stream(Command::SoftDelete {
             key: r.string()?,
             stream_id: r.u64()?,
+        }),
+        kind::TOUCH => Entry::Stream(Command::Touch {
+            key: r.string()?,
+            stream_id: r.u64()?,
+            now_ms: r.u64()?,
         }),
         kind::FORK => Entry::Stream(decode_fork(&mut r)?),
         kind::RELOCATE => Entry::Relocate {

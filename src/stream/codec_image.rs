@@ -3,7 +3,8 @@
 //! of a segment and when re-sharding moves it. Its last field, `recent`,
 //! carries each producer's latest appends so that a retry answers its
 //! original ranges (extensions §6.3) also after cleaning or re-sharding
-//! dropped the APPEND records that had told them.
+//! dropped the APPEND records that had told them. After it comes the
+//! stream's `logged_access_ms`, so its TTL window survives them too.
 
 use super::{CodecError, Reader, StreamImage, Writer, kind};
 use crate::stream::command::ProducerWrite;
@@ -49,6 +50,7 @@ pub(super) fn encode(image: &StreamImage, w: &mut Writer<'_>) -> u8 {
     }
     w.bool(image.soft_deleted);
     encode_recent(&image.recent, w);
+    w.u64(image.logged_access_ms);
     kind::IMAGE
 }
 
@@ -111,6 +113,7 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
         },
         soft_deleted: !r.rest.is_empty() && r.bool()?,
         recent: Vec::new(),
+        logged_access_ms: 0,
     })
     .and_then(|mut image| {
         if !r.rest.is_empty() {
@@ -120,6 +123,7 @@ pub(super) fn decode(r: &mut Reader<'_>) -> Result<StreamImage, CodecError> {
                 return Err(CodecError::BadRing);
             }
         }
+        image.logged_access_ms = r.tail_u64()?;
         Ok(image)
     })
 }

@@ -143,6 +143,7 @@ fn entries() -> Vec<Entry> {
                 len: 99,
             }),
             recent: vec![recent_ring(), RecentWrites::EMPTY],
+            logged_access_ms: 4,
         })),
         Entry::Stream(Command::Retain {
             key: "bkt1/s".into(),
@@ -154,6 +155,11 @@ fn entries() -> Vec<Entry> {
         Entry::Stream(Command::SoftDelete {
             key: "bkt1/s".into(),
             stream_id: 3,
+        }),
+        Entry::Stream(Command::Touch {
+            key: "bkt1/s".into(),
+            stream_id: 3,
+            now_ms: 1_700_000_000_000,
         }),
         Entry::Stream(Command::Snapshot {
             key: "bkt1/s".into(),
@@ -239,7 +245,7 @@ fn an_append_past_the_offset_space_is_refused() {
 #[test]
 fn kinds() {
     let kinds: Vec<u8> = entries().iter().map(|e| encoded(e).0).collect();
-    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 12, 13, 10, 5, 6]);
+    assert_eq!(kinds, [1, 2, 3, 1, 2, 3, 4, 7, 8, 11, 12, 13, 14, 10, 5, 6]);
 }
 
 #[test]
@@ -300,7 +306,8 @@ fn without_tail_fields(kind: u8, payload: &[u8]) -> Vec<usize> {
         kind::RETENTION => vec![len - 8],
         kind::FORK => vec![len - snapshot_len],
         kind::IMAGE => {
-            let before_recent = len - recent;
+            let before_access = len - 8;
+            let before_recent = before_access - recent;
             let before_soft_delete = before_recent - 1;
             let before_fork = before_soft_delete - fork;
             vec![
@@ -308,6 +315,7 @@ fn without_tail_fields(kind: u8, payload: &[u8]) -> Vec<usize> {
                 before_fork,
                 before_soft_delete,
                 before_recent,
+                before_access,
             ]
         }
         _ => Vec::new(),
@@ -343,7 +351,7 @@ fn records_without_the_tail_fields_decode_as_before() {
                 image.first_record,
                 image.fork,
                 image.soft_deleted,
-                image.recent.is_empty(),
+                image.recent.is_empty() && image.logged_access_ms == 0,
             ),
             other => panic!("unexpected {other:?}"),
         };
@@ -362,7 +370,7 @@ fn trailing_bytes_error() {
 
 #[test]
 fn unknown_kinds_error() {
-    for kind in [0, 14, 0xff] {
+    for kind in [0, 15, 0xff] {
         assert_eq!(decode(kind, &[]), Err(CodecError::UnknownKind(kind)));
     }
 }

@@ -116,6 +116,14 @@ pub enum Command {
     SoftDelete { key: String, stream_id: u64 },
     /// DELETE, or expiry reaped on access. Deletes only this incarnation.
     Delete { key: String, stream_id: u64 },
+    /// A read of a `Stream-TTL` stream at `now_ms`, logged once per half
+    /// window so that a restart knows the idle window's bounds (PROTOCOL.md
+    /// §5.1 sliding TTL; `Stream::logged_access_ms`).
+    Touch {
+        key: String,
+        stream_id: u64,
+        now_ms: u64,
+    },
 }
 
 impl Command {
@@ -129,7 +137,8 @@ impl Command {
             | Command::Retain { key, .. }
             | Command::Fork { key, .. }
             | Command::SoftDelete { key, .. }
-            | Command::Delete { key, .. } => key,
+            | Command::Delete { key, .. }
+            | Command::Touch { key, .. } => key,
         }
     }
 }

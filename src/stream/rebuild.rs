@@ -108,6 +108,7 @@ impl Rebuild {
                     fork: None,
                     soft_deleted: false,
                     recent: Vec::new(),
+                    logged_access_ms: now_ms,
                 };
                 self.producer_slots.remove(&key);
                 self.meta.insert(key, image);
@@ -198,6 +199,7 @@ impl Rebuild {
                     meta.closed_by = producer.clone();
                 }
                 meta.last_write_ms = now_ms;
+                meta.logged_access_ms = meta.logged_access_ms.max(now_ms);
                 let slots = self.producer_slots.entry(key).or_default();
                 record_producer(meta, slots, producer);
             }
@@ -205,12 +207,13 @@ impl Rebuild {
                 key,
                 stream_id,
                 producer,
-                ..
+                now_ms,
             } => {
                 let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id)
                 else {
                     return;
                 };
+                meta.logged_access_ms = meta.logged_access_ms.max(now_ms);
                 if !meta.closed {
                     meta.closed = true;
                     meta.closed_by = producer.clone();
@@ -246,6 +249,15 @@ impl Rebuild {
             } => {
                 if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
                     meta.attrs = attrs;
+                }
+            }
+            Command::Touch {
+                key,
+                stream_id,
+                now_ms,
+            } => {
+                if let Some(meta) = self.meta.get_mut(&key).filter(|m| m.stream_id == stream_id) {
+                    meta.logged_access_ms = meta.logged_access_ms.max(now_ms);
                 }
             }
             Command::Delete { key, stream_id } => {
@@ -444,6 +456,8 @@ fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, S
             )
         })
         .collect();
+    let (last_access_ms, logged_access_ms) =
+        (recovered_access(&meta, now_ms), logged_access(&meta));
     Ok(Stream {
         id: meta.stream_id,
         json,
@@ -451,7 +465,8 @@ fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, S
         expires_at: meta.expires_at,
         expires_at_ms: meta.expires_at_ms,
         created_at_ms: meta.created_at_ms,
-        last_access_ms: now_ms,
+        last_access_ms,
+        logged_access_ms,
         last_write_ms: meta.last_write_ms,
         closed: meta.closed,
         closed_by: meta.closed_by.map(|p| (p.id, p.epoch, p.seq)),
@@ -470,6 +485,27 @@ fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, S
         fork: meta.fork,
         soft_deleted: meta.soft_deleted,
     })
+}
+
+/// The latest access the log tells of (older images lack the field: the
+/// creation and the last write are logged accesses too).
+fn logged_access(meta: &StreamImage) -> u64 {
+    meta.logged_access_ms
+        .max(meta.last_write_ms)
+        .max(meta.created_at_ms)
+}
+
+/// Where a recovered stream's last access is put: unlogged reads came
+/// before `logged_access` plus half its TTL window (`Command::Touch`), so
+/// there, never past `now_ms` — a stream idle past its TTL before a crash
+/// stays expired after it, and a stream in use is not expired early.
+fn recovered_access(meta: &StreamImage, now_ms: u64) -> u64 {
+    match meta.ttl_secs {
+        Some(ttl) => logged_access(meta)
+            .saturating_add(ttl.saturating_mul(500))
+            .min(now_ms),
+        None => now_ms,
+    }
 }
 
 /// Bytes of producer rings an IMAGE may carry with `segment_bytes` long
@@ -493,6 +529,7 @@ pub fn image_of(key: &str, stream: &Stream, ring_budget: u64) -> StreamImage {
         expires_at_ms: stream.expires_at_ms,
         created_at_ms: stream.created_at_ms,
         last_write_ms: stream.last_write_ms,
+        logged_access_ms: stream.logged_access_ms,
         closed: stream.closed,
         closed_by: stream
             .closed_by

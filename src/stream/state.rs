@@ -122,6 +122,11 @@ pub struct Stream {
     pub created_at_ms: u64,
     /// Last read or write: `Stream-TTL` is a sliding idle window.
     pub last_access_ms: u64,
+    /// The latest access the log records (creation, appends, closes and
+    /// `Touch`es): a `Stream-TTL` stream's reads log one once they pass
+    /// half a window beyond it, so every access is before this plus half a
+    /// window, which is where recovery puts the last access.
+    pub logged_access_ms: u64,
     pub last_write_ms: u64,
     /// Closed as decided (head state, may not be durable yet).
     pub closed: bool,
@@ -169,6 +174,14 @@ impl Stream {
     /// Readers' view of closure.
     pub fn is_closed(&self) -> bool {
         self.visible_closed
+    }
+
+    /// Records an access at `now_ms`; `logged` when its record says so.
+    pub fn accessed(&mut self, now_ms: u64, logged: bool) {
+        self.last_access_ms = self.last_access_ms.max(now_ms);
+        if logged {
+            self.logged_access_ms = self.logged_access_ms.max(now_ms);
+        }
     }
 
     /// Whether the stream has expired at `now_ms` (absolute expiry, or the

@@ -194,11 +194,11 @@ impl Table {
             .filter(move |(k, _)| k.starts_with(prefix))
     }
 
-    /// Records a read or write access: `Stream-TTL` slides from here. Access
-    /// times are not logged; after a restart the window starts again.
+    /// Records a read or write access: `Stream-TTL` slides from here. Only
+    /// some are logged (`Command::Touch`, `Stream::logged_access_ms`).
     pub fn touch(&mut self, key: &str, now_ms: u64) {
         if let Some(stream) = self.streams.get_mut(key) {
-            stream.last_access_ms = stream.last_access_ms.max(now_ms);
+            stream.accessed(now_ms, false);
         }
     }
 
@@ -268,7 +268,7 @@ impl Table {
                     stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
                 }
                 stream.last_write_ms = now_ms;
-                stream.last_access_ms = stream.last_access_ms.max(now_ms);
+                stream.accessed(now_ms, true);
                 (
                     applied(&key, stream, data_start),
                     Undo::Write(Box::new(undo)),
@@ -291,7 +291,7 @@ impl Table {
                     stream.closed = true;
                     stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
                 }
-                stream.last_access_ms = stream.last_access_ms.max(now_ms);
+                stream.accessed(now_ms, true);
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
@@ -358,6 +358,21 @@ impl Table {
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }
+            Command::Touch {
+                key,
+                stream_id,
+                now_ms,
+            } => {
+                let stream = self
+                    .streams
+                    .get_mut(&key)
+                    .expect("touch of a missing stream");
+                assert_eq!(stream.id, stream_id, "touch decided on another incarnation");
+                let undo = WriteUndo::capture(&key, stream, None);
+                stream.accessed(now_ms, true);
+                let tail = stream.head_tail();
+                (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
+            }
             Command::Delete { key, stream_id } => {
                 let matches = self.streams.get(&key).is_some_and(|s| s.id == stream_id);
                 let removed = matches
@@ -418,6 +433,7 @@ impl Table {
             expires_at_ms,
             created_at_ms: now_ms,
             last_access_ms: now_ms,
+            logged_access_ms: now_ms,
             last_write_ms: now_ms,
             closed,
             closed_by: None,

@@ -32,6 +32,7 @@ pub struct WriteUndo {
     stream_seq: Option<String>,
     last_write_ms: u64,
     last_access_ms: u64,
+    logged_access_ms: u64,
     /// Captured only by the commands that change them.
     pub(super) attrs: Option<Vec<u8>>,
     pub(super) snapshot: Option<Option<crate::stream::Snapshot>>,
@@ -56,6 +57,7 @@ impl WriteUndo {
             stream_seq: stream.stream_seq.clone(),
             last_write_ms: stream.last_write_ms,
             last_access_ms: stream.last_access_ms,
+            logged_access_ms: stream.logged_access_ms,
             attrs: None,
             snapshot: None,
             retained: stream.retained,
@@ -86,5 +88,6 @@ impl WriteUndo {
         stream.stream_seq = self.stream_seq;
         stream.last_write_ms = self.last_write_ms;
         stream.last_access_ms = self.last_access_ms;
+        stream.logged_access_ms = self.logged_access_ms;
     }
 }

@@ -1,0 +1,60 @@
+//! `Stream-TTL` across kills (PROTOCOL.md §5.1: a sliding window that
+//! "each read or write operation resets"). Reads are logged once per half
+//! window (`Command::Touch`) and recovery puts a stream's last access half
+//! a window after the latest logged one (never past the restart): a stream
+//! idle past its TTL stays expired after a SIGKILL, and one kept alive by
+//! reads alone is not expired by one, also when the restart re-shards it.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{Server, req, unique_name};
+
+fn create(s: &Server, path: &str, ttl: &str) {
+    let headers = [("Content-Type", "text/plain"), ("Stream-TTL", ttl)];
+    let r = req(s.addr, "PUT", path, &headers, b"kept");
+    assert_eq!(r.status, 201, "{}", r.text());
+}
+
+fn read_status(s: &Server, path: &str) -> u16 {
+    req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"").status
+}
+
+#[test]
+fn a_stream_idle_past_its_ttl_stays_expired_after_a_kill() {
+    let mut s = Server::start(&["--cores", "1"]);
+    let idle = format!("/v1/stream/{}", unique_name("idle"));
+    let kept = format!("/v1/stream/{}", unique_name("kept"));
+    create(&s, &idle, "2");
+    create(&s, &kept, "3600");
+    // Past one and a half windows: recovery's bound on the last access.
+    thread::sleep(Duration::from_millis(3_300));
+    s.kill();
+    s.restart();
+    assert_eq!(read_status(&s, &idle), 404, "an expired stream came back");
+    assert_eq!(read_status(&s, &kept), 200);
+}
+
+#[test]
+fn reads_keep_a_stream_alive_across_a_kill_and_a_reshard() {
+    let mut s = Server::start(&["--cores", "1"]);
+    let path = format!("/v1/stream/{}", unique_name("read"));
+    create(&s, &path, "6");
+    let created = Instant::now();
+    // Reads alone, every 2 s for 10 s: the creation's window (and half
+    // another) is long over, the last read's is not.
+    for round in 1..=5 {
+        let due = created + Duration::from_secs(2 * round);
+        thread::sleep(due.saturating_duration_since(Instant::now()));
+        assert_eq!(read_status(&s, &path), 200, "read {round}");
+    }
+    s.kill();
+    s.restart_with(&["--cores", "2"]);
+    assert!(
+        created.elapsed() < Duration::from_secs(15),
+        "the restart took past the last read's window: nothing to check"
+    );
+    assert_eq!(read_status(&s, &path), 200, "a stream in use expired");
+}
