@@ -347,10 +347,11 @@ async fn read_body(
         BodyKind::None => Ok((Vec::new(), leases)),
         BodyKind::Length(len) => {
             let len = len as usize;
-            // Room for the rest of the body at once (its bytes are leased
-            // above when large), so it is not copied as the buffer grows;
-            // a read chunk more keeps `fill` from growing it at the end.
-            if buf.len() < len {
+            // Room for a large body at once (its bytes are leased above),
+            // so it is not copied as the buffer grows; a read chunk more
+            // keeps `fill` from growing it at the end. A body that fits
+            // the buffer reads as before.
+            if buf.capacity() < len {
                 buf.reserve_exact(len + READ_CHUNK - buf.len());
             }
             while buf.len() < len {
