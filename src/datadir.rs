@@ -4,6 +4,9 @@
 //! {data-dir}/LOCK            flock'ed by the running server: one server per data dir
 //! {data-dir}/rill.meta       "format=1" and "shards=N": how the logs are partitioned
 //! {data-dir}/shard-NN/       one segment log per shard (`log::storage`)
+//! {data-dir}/shard-NN/access-logged
+//!                            the log records reads of `Stream-TTL` streams
+//!                            (`ACCESS_MARKER`)
 //! ```
 //!
 //! Streams are placed on shards by hashing their key over the shard count,
@@ -18,6 +21,24 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 pub const FORMAT: u32 = 1;
+
+/// In a shard dir: its log records reads of `Stream-TTL` streams (TOUCH
+/// records), so recovery may bound their last access by it. A log without
+/// it (written before, or a new shard dir) begins every TTL window again
+/// at the restart, and the shard then logs each TTL stream's access before
+/// it writes this file (`shard::listener`).
+pub const ACCESS_MARKER: &str = "access-logged";
+
+/// Whether the log in `shard_dir` records reads of TTL streams.
+pub fn access_logged(shard_dir: &Path) -> bool {
+    shard_dir.join(ACCESS_MARKER).exists()
+}
+
+/// Records that the log in `shard_dir` records reads of TTL streams.
+pub fn mark_access_logged(shard_dir: &Path) -> io::Result<()> {
+    File::create(shard_dir.join(ACCESS_MARKER))?.sync_all()?;
+    File::open(shard_dir)?.sync_all()
+}
 
 /// The open data directory; holds the lock for the life of the server.
 pub struct DataDir {

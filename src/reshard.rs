@@ -77,6 +77,9 @@ async fn recover(
     let storage =
         Rc::new(DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?);
     let mut rebuild = Rebuild::default();
+    if !crate::datadir::access_logged(&dir) {
+        rebuild.legacy_access();
+    }
     let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
         replay_record(&mut rebuild, kind, payload, (at.segment, at.pos))
     })

@@ -1,12 +1,15 @@
 //! `Stream-TTL` across kills (PROTOCOL.md §5.1: a sliding window that
-//! "each read or write operation resets"). Reads are logged once per half
-//! window (`Command::Touch`) and recovery puts a stream's last access half
-//! a window after the latest logged one (never past the restart): a stream
-//! idle past its TTL stays expired after a SIGKILL, and one kept alive by
-//! reads alone is not expired by one, also when the restart re-shards it.
+//! "each read or write operation resets"). Reads are logged once per tenth
+//! of a window (`Command::Touch`) and recovery puts a stream's last access
+//! a fifth of a window after the latest logged one (never past the
+//! restart): a stream idle past its TTL stays expired after a SIGKILL, and
+//! one kept alive by reads alone is not expired by one, also when the
+//! restart re-shards it. A log from before (no `access-logged` marker in
+//! its shard dir) begins every window again, as it did, and logs that.
 
 mod common;
 
+use std::fs;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -57,4 +60,28 @@ fn reads_keep_a_stream_alive_across_a_kill_and_a_reshard() {
         "the restart took past the last read's window: nothing to check"
     );
     assert_eq!(read_status(&s, &path), 200, "a stream in use expired");
+}
+
+#[test]
+fn a_log_from_before_access_records_begins_every_window_again() {
+    let mut s = Server::start(&["--cores", "1"]);
+    let path = format!("/v1/stream/{}", unique_name("legacy"));
+    create(&s, &path, "4");
+    let created = Instant::now();
+    s.kill();
+    // As an older rill leaves its shard dir: no marker.
+    fs::remove_file(s.data_dir.join("shard-00/access-logged")).expect("the marker");
+    // Past the creation's window and its fifth: what a marked log bounds.
+    thread::sleep(Duration::from_millis(5_000).saturating_sub(created.elapsed()));
+    s.restart();
+    assert_eq!(read_status(&s, &path), 200, "a legacy window begins again");
+    assert!(s.data_dir.join("shard-00/access-logged").exists());
+    // The start logged that access, so the next recovery knows of it.
+    s.kill();
+    s.restart();
+    assert_eq!(
+        read_status(&s, &path),
+        200,
+        "the legacy start's access was not logged"
+    );
 }

@@ -134,12 +134,12 @@ pub fn reap_expired(table: &Table, key: &str, now_ms: u64) -> Option<Command> {
 
 /// The record of an access of `key` at `now_ms` that a restart must know
 /// of: on a `Stream-TTL` stream (a sliding idle window, PROTOCOL.md §5.1),
-/// one half a window or more past the latest the log records, so that
-/// recovery can bound the last access (`Stream::logged_access_ms`).
+/// one a tenth of a window or more past the latest the log records, so
+/// that recovery can bound the last access (`Stream::logged_access_ms`).
 pub fn access_record(table: &Table, key: &str, now_ms: u64) -> Option<Command> {
     let stream = table.get(key)?;
-    let half_window = stream.ttl_secs?.saturating_mul(500);
-    let due = now_ms >= stream.logged_access_ms.saturating_add(half_window);
+    let tenth = stream.ttl_secs?.saturating_mul(100);
+    let due = now_ms >= stream.logged_access_ms.saturating_add(tenth);
     due.then(|| Command::Touch {
         key: key.to_string(),
         stream_id: stream.id,

@@ -90,12 +90,8 @@ pub async fn serve(
             Err(failed) => acks.push(failed),
         }
     }
-    // The frames' records log the access when any went ahead; otherwise a
-    // logged one commits before the answer, as on every write. Its failure
-    // would not change what the acks say of the frames.
-    if let Some(touched) = shard.touch(key, now_ms) {
-        let _ = touched.await;
-    }
+    // The frames' records log the access when any went ahead.
+    shard.touch(key, now_ms, false);
     // Frames on either side of a yield may commit in different batches,
     // and a failed batch undoes only what was submitted before it.
     for (frame, ticket) in tickets {

@@ -349,9 +349,9 @@ async fn read_body(
             let len = len as usize;
             // Room for a large body at once (its bytes are leased above),
             // so it is not copied as the buffer grows; a read chunk more
-            // keeps `fill` from growing it at the end. A body that fits
-            // the buffer reads as before.
-            if buf.capacity() < len {
+            // keeps `fill` from growing it at the end. A smaller one grows
+            // as its bytes arrive: nothing is held for a stalled client.
+            if len >= super::replies::COUNTED_BYTES && buf.capacity() < len {
                 buf.reserve_exact(len + READ_CHUNK - buf.len());
             }
             while buf.len() < len {

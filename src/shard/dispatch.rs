@@ -225,18 +225,17 @@ async fn stream_request(
         true => protocol::attrs::decide(&req, &shard.table.borrow()),
         false => protocol::decide_stream(&req, &shard.table.borrow()),
     };
-    // Reads and writes slide `Stream-TTL`. A logged access is committed
-    // before the answer (a write's own record commits after it).
-    let touched = match sr.head.method {
-        Method::Get | Method::Post => shard.touch(sr.key, now_ms),
-        _ => None,
-    };
+    // Reads and writes slide `Stream-TTL` (a write's record logs it).
+    if matches!(sr.head.method, Method::Get | Method::Post) {
+        let own_record = matches!(action, Action::Commit { .. });
+        shard.touch(sr.key, now_ms, own_record);
+    }
     match action {
         Action::Reply(reply) => {
             // A write's answer rests on the head state: it may go out only
             // once everything it saw is committed. Reads see published state.
             let writes = matches!(sr.head.method, Method::Put | Method::Post | Method::Delete);
-            let reply = match writes || touched.is_some() {
+            let reply = match writes {
                 true => shard.when_committed(reply).await,
                 false => reply,
             };
@@ -255,12 +254,6 @@ async fn stream_request(
             respond(shard, socket, reply, keep, is_head).await
         }
         Action::Read(plan) => {
-            if let Some(ticket) = touched
-                && let Err(e) = ticket.await
-            {
-                let reply = advertised(shard, sr.key, e.response());
-                return respond(shard, socket, reply, keep, is_head).await;
-            }
             let if_none_match = sr.head.header("if-none-match").map(str::to_string);
             let streamed = render::Streamed::for_request(sr.head.http11);
             live::serve(shard, (socket, streamed), plan, keep, if_none_match).await

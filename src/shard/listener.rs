@@ -138,9 +138,13 @@ pub fn run_shard(
         let conns = Rc::new(Conns::default());
         let finish = Rc::new(Cell::new(false));
         let missing = std::mem::take(&mut ready.missing);
+        let legacy_access = ready.legacy_access.take();
         let (shard, writer) = launch(index, config.clone(), mesh, ready, finish.clone());
         monoio::spawn(inbox_loop(shard.clone(), inbox.clone(), conns.clone()));
         prepare(&shard, missing).await;
+        if let Some(dir) = legacy_access {
+            log_access(&shard, &dir).await;
+        }
         match monoio::net::TcpListener::from_std(listener) {
             Ok(listener) => accept_loop(shard.clone(), listener, &conns).await,
             Err(e) => crate::error!(shard = index, "listener: {e}"),
@@ -208,6 +212,34 @@ async fn prepare(shard: &Rc<Shard>, missing: startup::Registry) {
                 e.message
             );
         }
+    }
+}
+
+/// A log that did not record TTL streams' reads (older, or a new shard
+/// dir): recovery began every TTL window again, so their accesses as of
+/// now are logged, and once committed the shard dir says its log keeps
+/// them (`datadir::ACCESS_MARKER`). Until then a restart does the same.
+async fn log_access(shard: &Rc<Shard>, dir: &std::path::Path) {
+    let now_ms = crate::clock::now_ms();
+    let touches: Vec<Command> = shard
+        .table
+        .borrow()
+        .iter()
+        .filter(|(_, stream)| stream.ttl_secs.is_some())
+        .map(|(key, stream)| Command::Touch {
+            key: key.clone(),
+            stream_id: stream.id,
+            now_ms,
+        })
+        .collect();
+    for touch in touches {
+        drop(shard.submit(vec![touch]));
+    }
+    let logged = shard.barrier().await.map_err(|e| e.message);
+    if let Err(e) =
+        logged.and_then(|()| crate::datadir::mark_access_logged(dir).map_err(|e| e.to_string()))
+    {
+        crate::warn!(shard = shard.index, "cannot log TTL streams' access: {e}");
     }
 }
 

@@ -199,17 +199,9 @@ async fn long_poll(
     let audience = shard.waiters.join(&plan.key);
     let reply = wait_for_reply(shard, socket, &plan, &audience).await;
     let reply = reply.map(|reply| not_modified(reply, if_none_match.as_deref()));
-    let touched = shard.touch(&plan.key, clock::now_ms());
+    shard.touch(&plan.key, clock::now_ms(), false);
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
-    // As on every read, a logged access is committed before the answer.
-    let reply = match (reply, touched) {
-        (Some(reply), Some(ticket)) => Some(match ticket.await {
-            Ok(()) => reply,
-            Err(e) => PollReply::Own(e.response()),
-        }),
-        (reply, _) => reply,
-    };
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
@@ -477,9 +469,7 @@ async fn stream_events(
             shard.next_random(),
             timed_out,
         );
-        // An event stream has no answer to hold back for a logged access:
-        // its record commits with the next batch.
-        drop(shard.touch(&cursor.plan.key, now_ms));
+        shard.touch(&cursor.plan.key, now_ms, false);
         if !send_piece(socket, streamed, &step.bytes).await {
             return false;
         }

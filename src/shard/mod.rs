@@ -196,13 +196,20 @@ impl Shard {
         now_ms
     }
 
-    /// Records an access of `key` at `now_ms` (`Stream-TTL` slides from it);
-    /// one a restart must know of is logged too, and its ticket returned
-    /// for the answer to wait for (`protocol::access_record`).
-    pub fn touch(&self, key: &str, now_ms: u64) -> Option<Ticket> {
-        let record = crate::protocol::access_record(&self.table.borrow(), key, now_ms);
+    /// Records an access of `key` at `now_ms` (`Stream-TTL` slides from it)
+    /// and logs one a restart must know of (`protocol::access_record`),
+    /// unless the request's own record logs it (`own_record`: a write).
+    /// Not awaited: no answer waits for it, and a disk fault fails no read.
+    /// Recovery's bound leaves room for it to commit (`rebuild`).
+    pub fn touch(&self, key: &str, now_ms: u64, own_record: bool) {
+        let record = match own_record || self.commit_queue_full() {
+            true => None,
+            false => crate::protocol::access_record(&self.table.borrow(), key, now_ms),
+        };
         self.table.borrow_mut().touch(key, now_ms);
-        record.map(|command| self.submit(vec![command]))
+        if let Some(command) = record {
+            drop(self.submit(vec![command]));
+        }
     }
 
     /// Whether the commit queue is full (`--max-commit-queue-bytes`): new

@@ -44,6 +44,9 @@ pub struct Ready {
     pub next_seq: u64,
     /// How long recovering the log and rebuilding the table took.
     pub recovery: std::time::Duration,
+    /// The shard dir, when its log does not record TTL streams' reads yet
+    /// (`datadir::ACCESS_MARKER`).
+    pub legacy_access: Option<std::path::PathBuf>,
 }
 
 /// Replays one committed record (found at `at`) into a rebuild.
@@ -61,6 +64,9 @@ async fn recover(
     let write_through = config.fsync == crate::config::FsyncPolicy::Always;
     let storage = Rc::new(storage.with_write_through(write_through));
     let mut rebuild = Rebuild::default();
+    if !crate::datadir::access_logged(&dir) {
+        rebuild.legacy_access();
+    }
     let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
         replay(&mut rebuild, kind, payload, at)
     })
@@ -117,6 +123,7 @@ pub async fn start(
     startup: Startup,
 ) -> Option<Ready> {
     let began = std::time::Instant::now();
+    let legacy_access = (!crate::datadir::access_logged(&dir)).then(|| dir.clone());
     let recovered = recover(index, config, dir).await;
     let recovery = began.elapsed();
     let (recovered, mut table, registry, storage) = match recovered {
@@ -175,6 +182,7 @@ pub async fn start(
         storage: storage_for_reads,
         next_seq: recovered.next_seq,
         recovery,
+        legacy_access,
     })
 }
 

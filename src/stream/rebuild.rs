@@ -32,9 +32,18 @@ pub struct Rebuild {
     /// key: a linear search per record made a log of many producers
     /// quadratic to recover. Dropped whenever the key's meta is replaced.
     producer_slots: HashMap<String, HashMap<String, usize>>,
+    /// The log predates `Command::Touch` (`legacy_access`).
+    legacy_access: bool,
 }
 
 impl Rebuild {
+    /// Marks the log as written before reads of `Stream-TTL` streams were
+    /// logged: its access times bound nothing, so every TTL window starts
+    /// again at the restart, as it did then (`datadir::ACCESS_MARKER`).
+    pub fn legacy_access(&mut self) {
+        self.legacy_access = true;
+    }
+
     /// Replays one committed record, whose stream data (if any) is at
     /// `location`.
     pub fn replay(&mut self, entry: Entry, location: Option<Location>) {
@@ -329,8 +338,9 @@ impl Rebuild {
         let mut table = Table::with_cache_budget(cache_budget);
         for (key, meta) in std::mem::take(&mut self.meta) {
             let pieces = self.placed.remove(&meta.stream_id).unwrap_or_default();
+            let access = recovered_access(&meta, now_ms, self.legacy_access);
             let mut stream =
-                build(meta, pieces, now_ms).map_err(|e| format!("stream {key}: {e}"))?;
+                build(meta, pieces, access).map_err(|e| format!("stream {key}: {e}"))?;
             self.restore_ranges(&mut stream);
             table.restore(key, stream);
         }
@@ -386,7 +396,8 @@ fn record_producer(
 
 /// A stream from its metadata and placed pieces, which must cover
 /// `[0, tail)` without gaps.
-fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, String> {
+/// `access`: the recovered last access and logged access.
+fn build(meta: StreamImage, mut pieces: Placed, access: (u64, u64)) -> Result<Stream, String> {
     let json = crate::protocol::content_type::is_json(&meta.content_type);
     let mut data = StreamData::default();
     let mut messages = RecordIndex::starting_at(meta.first_record, meta.retained);
@@ -456,8 +467,7 @@ fn build(meta: StreamImage, mut pieces: Placed, now_ms: u64) -> Result<Stream, S
             )
         })
         .collect();
-    let (last_access_ms, logged_access_ms) =
-        (recovered_access(&meta, now_ms), logged_access(&meta));
+    let (last_access_ms, logged_access_ms) = access;
     Ok(Stream {
         id: meta.stream_id,
         json,
@@ -495,16 +505,22 @@ fn logged_access(meta: &StreamImage) -> u64 {
         .max(meta.created_at_ms)
 }
 
-/// Where a recovered stream's last access is put: unlogged reads came
-/// before `logged_access` plus half its TTL window (`Command::Touch`), so
-/// there, never past `now_ms` — a stream idle past its TTL before a crash
-/// stays expired after it, and a stream in use is not expired early.
-fn recovered_access(meta: &StreamImage, now_ms: u64) -> u64 {
-    match meta.ttl_secs {
-        Some(ttl) => logged_access(meta)
-            .saturating_add(ttl.saturating_mul(500))
-            .min(now_ms),
-        None => now_ms,
+/// A recovered stream's last access and logged access. Unlogged reads
+/// came less than a tenth of its TTL window after `logged_access`
+/// (`protocol::access_record`); a fifth leaves the last one's record room
+/// to commit. So the last access is put there, never past `now_ms`: a
+/// stream idle past its TTL by a fifth of it before a crash stays expired,
+/// and a stream in use is not expired by the crash. A legacy log bounds
+/// nothing: the window starts again at the restart.
+fn recovered_access(meta: &StreamImage, now_ms: u64, legacy: bool) -> (u64, u64) {
+    let logged = logged_access(meta);
+    match (meta.ttl_secs, legacy) {
+        (_, true) => (now_ms, now_ms),
+        (Some(ttl), false) => {
+            let bound = logged.saturating_add(ttl.saturating_mul(200));
+            (bound.min(now_ms), logged)
+        }
+        (None, false) => (now_ms, logged),
     }
 }
 
@@ -655,5 +671,38 @@ mod tests {
         rebuild.replay(Entry::Stream(fork), Some((1, 0)));
         let refused = rebuild.finish(u64::MAX, 2).map(|_| ()).unwrap_err();
         assert!(refused.contains("ends no message"), "{refused}");
+    }
+
+    #[test]
+    fn recovery_bounds_a_ttl_streams_last_access_by_the_logged_one() {
+        let recovered = |touched_at: Option<u64>, legacy: bool, now_ms: u64| {
+            let mut rebuild = Rebuild::default();
+            if legacy {
+                rebuild.legacy_access();
+            }
+            let mut create = Command::plain_create("k", "text/plain", b"", 1_000);
+            if let Command::Create { ttl_secs, .. } = &mut create {
+                *ttl_secs = Some(10);
+            }
+            rebuild.replay(Entry::Stream(create), None);
+            if let Some(now_ms) = touched_at {
+                let stream_id = incarnation_id("k", 1_000);
+                let touch = Command::Touch {
+                    key: "k".into(),
+                    stream_id,
+                    now_ms,
+                };
+                rebuild.replay(Entry::Stream(touch), None);
+            }
+            let (table, _) = rebuild.finish(u64::MAX, now_ms).unwrap();
+            let stream = table.get("k").unwrap();
+            (stream.last_access_ms, stream.logged_access_ms)
+        };
+        // A fifth of the 10 s window past the latest logged access, never
+        // past the restart; a legacy log begins the window again.
+        assert_eq!(recovered(None, false, 60_000), (3_000, 1_000));
+        assert_eq!(recovered(Some(7_000), false, 60_000), (9_000, 7_000));
+        assert_eq!(recovered(Some(7_000), false, 8_000), (8_000, 7_000));
+        assert_eq!(recovered(Some(7_000), true, 60_000), (60_000, 60_000));
     }
 }
