@@ -54,17 +54,20 @@ pub fn replay(rebuild: &mut Rebuild, kind: u8, payload: &[u8], at: LogEnd) -> Re
     rebuild::replay_record(rebuild, kind, payload, (at.segment, at.pos))
 }
 
+/// `legacy_access`: the log does not record TTL streams' reads
+/// (`Rebuild::legacy_access`).
 async fn recover(
     index: usize,
     config: &Config,
     dir: std::path::PathBuf,
+    legacy_access: bool,
 ) -> Result<(Recovered, Table, Registry, Rc<DirectStorage>), String> {
     let storage = DirectStorage::new(dir.clone()).map_err(|e| format!("{}: {e}", dir.display()))?;
     // `--fsync always`: each commit's write is itself durable (O_DSYNC).
     let write_through = config.fsync == crate::config::FsyncPolicy::Always;
     let storage = Rc::new(storage.with_write_through(write_through));
     let mut rebuild = Rebuild::default();
-    if !crate::datadir::access_logged(&dir) {
+    if legacy_access {
         rebuild.legacy_access();
     }
     let recovered = recovery::recover(&*storage, config.segment_bytes, |kind, payload, at| {
@@ -124,7 +127,7 @@ pub async fn start(
 ) -> Option<Ready> {
     let began = std::time::Instant::now();
     let legacy_access = (!crate::datadir::access_logged(&dir)).then(|| dir.clone());
-    let recovered = recover(index, config, dir).await;
+    let recovered = recover(index, config, dir, legacy_access.is_some()).await;
     let recovery = began.elapsed();
     let (recovered, mut table, registry, storage) = match recovered {
         Ok(parts) => parts,
