@@ -40,6 +40,14 @@ pub fn mark_access_logged(shard_dir: &Path) -> io::Result<()> {
     File::open(shard_dir)?.sync_all()
 }
 
+/// Takes the mark back: some of the log's access records may be gone.
+pub fn forget_access_logged(shard_dir: &Path) -> io::Result<()> {
+    match std::fs::remove_file(shard_dir.join(ACCESS_MARKER)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => File::open(shard_dir)?.sync_all(),
+    }
+}
+
 /// The open data directory; holds the lock for the life of the server.
 pub struct DataDir {
     root: PathBuf,

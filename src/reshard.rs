@@ -208,6 +208,12 @@ pub fn reshard(data: &mut DataDir, config: &Config, from: usize, to: usize) -> R
             }
             log.flush().await?;
         }
+        // A new shard dir holds only moved streams, whose images carry
+        // access times recovery may trust (a legacy source's as of now).
+        for index in from..to {
+            crate::datadir::mark_access_logged(&data.shard_dir(index))
+                .map_err(|e| format!("shard {index}: {e}"))?;
+        }
         Ok::<usize, String>(moved)
     })?;
     data.set_shards(to)?;

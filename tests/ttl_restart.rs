@@ -25,18 +25,32 @@ fn read_status(s: &Server, path: &str) -> u16 {
     req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"").status
 }
 
+/// Also when the restart re-shards: some streams move to a new shard dir.
 #[test]
-fn a_stream_idle_past_its_ttl_stays_expired_after_a_kill() {
+fn streams_idle_past_their_ttl_stay_expired_after_a_kill() {
     let mut s = Server::start(&["--cores", "1"]);
-    let idle = format!("/v1/stream/{}", unique_name("idle"));
+    let idle: Vec<String> = (0..8)
+        .map(|i| format!("/v1/stream/{}", unique_name(&format!("idle{i}"))))
+        .collect();
     let kept = format!("/v1/stream/{}", unique_name("kept"));
-    create(&s, &idle, "2");
+    for path in &idle {
+        create(&s, path, "2");
+    }
     create(&s, &kept, "3600");
-    // Past one and a half windows: recovery's bound on the last access.
-    thread::sleep(Duration::from_millis(3_300));
+    // Past the window and its fifth: recovery's bound on the last access.
+    thread::sleep(Duration::from_millis(3_000));
     s.kill();
     s.restart();
-    assert_eq!(read_status(&s, &idle), 404, "an expired stream came back");
+    assert_eq!(
+        read_status(&s, &idle[0]),
+        404,
+        "an expired stream came back"
+    );
+    s.kill();
+    s.restart_with(&["--cores", "2"]);
+    for path in &idle[1..] {
+        assert_eq!(read_status(&s, path), 404, "{path} came back in a re-shard");
+    }
     assert_eq!(read_status(&s, &kept), 200);
 }
 
@@ -64,7 +78,8 @@ fn reads_keep_a_stream_alive_across_a_kill_and_a_reshard() {
 
 #[test]
 fn a_log_from_before_access_records_begins_every_window_again() {
-    let mut s = Server::start(&["--cores", "1"]);
+    // Under `interval`, the mark waits for the sync of what it vouches for.
+    let mut s = Server::start(&["--cores", "1", "--fsync", "interval:200"]);
     let path = format!("/v1/stream/{}", unique_name("legacy"));
     create(&s, &path, "4");
     let created = Instant::now();

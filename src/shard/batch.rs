@@ -90,8 +90,6 @@ pub async fn serve(
             Err(failed) => acks.push(failed),
         }
     }
-    // The frames' records log the access when any went ahead.
-    shard.touch(key, now_ms, false);
     // Frames on either side of a yield may commit in different batches,
     // and a failed batch undoes only what was submitted before it.
     for (frame, ticket) in tickets {

@@ -346,6 +346,12 @@ impl Commits {
         }
     }
 
+    /// Whether everything written by now is synced too (always so under
+    /// `--fsync always`; under `interval:MS` once the writer synced).
+    pub fn written_is_synced(&self) -> bool {
+        self.synced_seq.get() >= self.written_seq.get()
+    }
+
     /// Marks everything written by now as synced (`--fsync interval`).
     pub fn synced_all(&self) {
         self.synced_seq.set(self.written_seq.get());

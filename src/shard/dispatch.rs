@@ -225,11 +225,12 @@ async fn stream_request(
         true => protocol::attrs::decide(&req, &shard.table.borrow()),
         false => protocol::decide_stream(&req, &shard.table.borrow()),
     };
-    // Reads and writes slide `Stream-TTL` (a write's record logs it).
-    if matches!(sr.head.method, Method::Get | Method::Post) {
-        let own_record = matches!(action, Action::Commit { .. });
-        shard.touch(sr.key, now_ms, own_record);
-    }
+    // Reads slide `Stream-TTL` (writes do through their records).
+    let touched = match sr.head.method {
+        Method::Get => shard.touch(sr.key, now_ms),
+        _ => None,
+    };
+    Shard::access_logged(touched).await;
     match action {
         Action::Reply(reply) => {
             // A write's answer rests on the head state: it may go out only

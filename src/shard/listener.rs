@@ -235,12 +235,33 @@ async fn log_access(shard: &Rc<Shard>, dir: &std::path::Path) {
     for touch in touches {
         drop(shard.submit(vec![touch]));
     }
-    let logged = shard.barrier().await.map_err(|e| e.message);
+    let logged = match shard.barrier().await {
+        Ok(()) => synced(shard).await,
+        Err(e) => Err(e.message),
+    };
     if let Err(e) =
         logged.and_then(|()| crate::datadir::mark_access_logged(dir).map_err(|e| e.to_string()))
     {
         crate::warn!(shard = shard.index, "cannot log TTL streams' access: {e}");
     }
+}
+
+/// Waits until what is written is synced too (`--fsync interval:MS`: the
+/// writer syncs every MS), so a mark never outlives the records it vouches
+/// for on a power loss.
+async fn synced(shard: &Shard) -> Result<(), String> {
+    let most = match shard.config.fsync {
+        crate::config::FsyncPolicy::Always => 0,
+        crate::config::FsyncPolicy::Interval(ms) => ms + 1_000,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(most);
+    while !shard.commits.written_is_synced() {
+        if std::time::Instant::now() >= deadline {
+            return Err("the log was not synced in time".to_string());
+        }
+        monoio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Ok(())
 }
 
 /// Shutdown, once accepting stopped: waits until every connection ended

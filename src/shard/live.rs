@@ -199,9 +199,10 @@ async fn long_poll(
     let audience = shard.waiters.join(&plan.key);
     let reply = wait_for_reply(shard, socket, &plan, &audience).await;
     let reply = reply.map(|reply| not_modified(reply, if_none_match.as_deref()));
-    shard.touch(&plan.key, clock::now_ms(), false);
+    let touched = shard.touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
+    Shard::access_logged(touched).await;
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
@@ -469,7 +470,7 @@ async fn stream_events(
             shard.next_random(),
             timed_out,
         );
-        shard.touch(&cursor.plan.key, now_ms, false);
+        Shard::access_logged(shard.touch(&cursor.plan.key, now_ms)).await;
         if !send_piece(socket, streamed, &step.bytes).await {
             return false;
         }

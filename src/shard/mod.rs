@@ -196,19 +196,26 @@ impl Shard {
         now_ms
     }
 
-    /// Records an access of `key` at `now_ms` (`Stream-TTL` slides from it)
-    /// and logs one a restart must know of (`protocol::access_record`),
-    /// unless the request's own record logs it (`own_record`: a write).
-    /// Not awaited: no answer waits for it, and a disk fault fails no read.
-    /// Recovery's bound leaves room for it to commit (`rebuild`).
-    pub fn touch(&self, key: &str, now_ms: u64, own_record: bool) {
-        let record = match own_record || self.commit_queue_full() {
+    /// Records a read of `key` at `now_ms` (`Stream-TTL` slides from it;
+    /// writes slide it by their own records) and logs one a restart must
+    /// know of (`protocol::access_record`); the read's answer waits for
+    /// that record with `access_logged`. None is queued while the commit
+    /// queue is full: the disk is behind, and reads are not held for it.
+    pub fn touch(&self, key: &str, now_ms: u64) -> Option<Ticket> {
+        let record = match self.commit_queue_full() {
             true => None,
             false => crate::protocol::access_record(&self.table.borrow(), key, now_ms),
         };
         self.table.borrow_mut().touch(key, now_ms);
-        if let Some(command) = record {
-            drop(self.submit(vec![command]));
+        record.map(|command| self.submit(vec![command]))
+    }
+
+    /// Waits for a read's access record (`touch`). Its failure (a disk
+    /// fault, the record undone) fails no read: only a restart's bound on
+    /// the stream's idle window is the looser for it.
+    pub async fn access_logged(touched: Option<Ticket>) {
+        if let Some(ticket) = touched {
+            let _ = ticket.await;
         }
     }
 
