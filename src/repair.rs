@@ -159,12 +159,12 @@ async fn repair(args: &Args) -> Result<Outcome, String> {
                 let plan = plan(&storage, &path, pos)?;
                 print_plan(&plan, records);
                 if args.yes {
-                    apply(&storage, &plan)?;
                     // The cut may take TTL streams' access records: the
                     // next start begins their windows again rather than
                     // trusting what is left (`datadir::ACCESS_MARKER`).
                     crate::datadir::forget_access_logged(&storage.dir)
                         .map_err(|e| format!("{name}: {e}"))?;
+                    apply(&storage, &plan)?;
                     match scan(&storage).await? {
                         (Ok(recovered), records) => {
                             println!("{name}: repaired: {}", summary(&recovered, records))

@@ -5,7 +5,8 @@
 //! restart): a stream idle past its TTL stays expired after a SIGKILL, and
 //! one kept alive by reads alone is not expired by one, also when the
 //! restart re-shards it. A log from before (no `access-logged` marker in
-//! its shard dir) begins every window again, as it did, and logs that.
+//! its shard dir) begins every window again, as it did, and logs that. A
+//! refused write slides the window too.
 
 mod common;
 
@@ -90,7 +91,13 @@ fn a_log_from_before_access_records_begins_every_window_again() {
     thread::sleep(Duration::from_millis(5_000).saturating_sub(created.elapsed()));
     s.restart();
     assert_eq!(read_status(&s, &path), 200, "a legacy window begins again");
-    assert!(s.data_dir.join("shard-00/access-logged").exists());
+    // The mark follows once the start's access records are synced.
+    let marker = s.data_dir.join("shard-00/access-logged");
+    let marked = Instant::now();
+    while !marker.exists() {
+        assert!(marked.elapsed() < Duration::from_secs(10), "no marker");
+        thread::sleep(Duration::from_millis(20));
+    }
     // The start logged that access, so the next recovery knows of it.
     s.kill();
     s.restart();
@@ -98,5 +105,24 @@ fn a_log_from_before_access_records_begins_every_window_again() {
         read_status(&s, &path),
         200,
         "the legacy start's access was not logged"
+    );
+}
+
+/// §5.1: "each read or write operation resets the expiry countdown", a
+/// refused write (or a producer's duplicate) too.
+#[test]
+fn a_refused_write_slides_the_window_too() {
+    let s = Server::start(&["--cores", "1"]);
+    let path = format!("/v1/stream/{}", unique_name("refused"));
+    create(&s, &path, "2");
+    let created = Instant::now();
+    thread::sleep(Duration::from_millis(1_200));
+    let wrong = [("Content-Type", "application/json")];
+    assert_eq!(req(s.addr, "POST", &path, &wrong, b"[1]").status, 409);
+    thread::sleep(Duration::from_millis(2_400).saturating_sub(created.elapsed()));
+    assert_eq!(
+        read_status(&s, &path),
+        200,
+        "the refused write did not slide it"
     );
 }

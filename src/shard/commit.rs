@@ -346,10 +346,21 @@ impl Commits {
         }
     }
 
-    /// Whether everything written by now is synced too (always so under
-    /// `--fsync always`; under `interval:MS` once the writer synced).
-    pub fn written_is_synced(&self) -> bool {
-        self.synced_seq.get() >= self.written_seq.get()
+    /// The sequence number the latest submitted record got.
+    pub fn submitted_seq(&self) -> u64 {
+        self.next_seq.get() - 1
+    }
+
+    /// Whether record `seq` is committed and acknowledged (or failed, and
+    /// a later one was).
+    pub fn acknowledged_through(&self, seq: u64) -> bool {
+        self.acknowledged_seq.get() >= seq
+    }
+
+    /// Whether record `seq` is written and synced (at once under `--fsync
+    /// always`; under `interval:MS` once the writer synced).
+    pub fn synced_through(&self, seq: u64) -> bool {
+        self.synced_seq.get() >= seq
     }
 
     /// Marks everything written by now as synced (`--fsync interval`).

@@ -194,6 +194,13 @@ async fn stream_request(
     keep: bool,
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
+    // Reads and writes slide `Stream-TTL` (PROTOCOL.md §5.1), an expired
+    // stream reaped first. Their access record is awaited before anything
+    // is decided, so the decision sees the state after it.
+    if matches!(sr.head.method, Method::Get | Method::Post) {
+        let now_ms = shard.reap_if_expired(sr.key);
+        Shard::access_logged(shard.touch(sr.key, now_ms)).await;
+    }
     // Before the bucket checks: from those to the decision nothing awaits,
     // so a create cannot land in a bucket deleted meanwhile.
     let slicing = !sr.attrs && slices::worth_slicing(shard, sr.head, sr.key, sr.body.len());
@@ -225,12 +232,6 @@ async fn stream_request(
         true => protocol::attrs::decide(&req, &shard.table.borrow()),
         false => protocol::decide_stream(&req, &shard.table.borrow()),
     };
-    // Reads slide `Stream-TTL` (writes do through their records).
-    let touched = match sr.head.method {
-        Method::Get => shard.touch(sr.key, now_ms),
-        _ => None,
-    };
-    Shard::access_logged(touched).await;
     match action {
         Action::Reply(reply) => {
             // A write's answer rests on the head state: it may go out only

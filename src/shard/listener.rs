@@ -143,7 +143,7 @@ pub fn run_shard(
         monoio::spawn(inbox_loop(shard.clone(), inbox.clone(), conns.clone()));
         prepare(&shard, missing).await;
         if let Some(dir) = legacy_access {
-            log_access(&shard, &dir).await;
+            log_access(&shard, dir);
         }
         match monoio::net::TcpListener::from_std(listener) {
             Ok(listener) => accept_loop(shard.clone(), listener, &conns).await,
@@ -217,9 +217,10 @@ async fn prepare(shard: &Rc<Shard>, missing: startup::Registry) {
 
 /// A log that did not record TTL streams' reads (older, or a new shard
 /// dir): recovery began every TTL window again, so their accesses as of
-/// now are logged, and once committed the shard dir says its log keeps
+/// now are logged, and once they are committed and synced (in the
+/// background: serving need not wait) the shard dir says its log keeps
 /// them (`datadir::ACCESS_MARKER`). Until then a restart does the same.
-async fn log_access(shard: &Rc<Shard>, dir: &std::path::Path) {
+fn log_access(shard: &Rc<Shard>, dir: std::path::PathBuf) {
     let now_ms = crate::clock::now_ms();
     let touches: Vec<Command> = shard
         .table
@@ -235,27 +236,35 @@ async fn log_access(shard: &Rc<Shard>, dir: &std::path::Path) {
     for touch in touches {
         drop(shard.submit(vec![touch]));
     }
-    let logged = match shard.barrier().await {
-        Ok(()) => synced(shard).await,
-        Err(e) => Err(e.message),
-    };
-    if let Err(e) =
-        logged.and_then(|()| crate::datadir::mark_access_logged(dir).map_err(|e| e.to_string()))
-    {
-        crate::warn!(shard = shard.index, "cannot log TTL streams' access: {e}");
-    }
+    let (ticket, last) = (shard.commits.ticket(), shard.commits.submitted_seq());
+    let shard = shard.clone();
+    monoio::spawn(async move {
+        let logged = match ticket {
+            Some(ticket) => ticket.await.map_err(|e| e.message),
+            None => Ok(()),
+        };
+        let synced = match logged {
+            Ok(()) => synced(&shard, last).await,
+            Err(e) => Err(e),
+        };
+        let marked = synced
+            .and_then(|()| crate::datadir::mark_access_logged(&dir).map_err(|e| e.to_string()));
+        if let Err(e) = marked {
+            crate::warn!(shard = shard.index, "cannot log TTL streams' access: {e}");
+        }
+    });
 }
 
-/// Waits until what is written is synced too (`--fsync interval:MS`: the
-/// writer syncs every MS), so a mark never outlives the records it vouches
-/// for on a power loss.
-async fn synced(shard: &Shard) -> Result<(), String> {
+/// Waits until record `last` is synced (`--fsync interval:MS`: the writer
+/// syncs every MS), so a mark never outlives the records it vouches for on
+/// a power loss.
+async fn synced(shard: &Shard, last: u64) -> Result<(), String> {
     let most = match shard.config.fsync {
         crate::config::FsyncPolicy::Always => 0,
         crate::config::FsyncPolicy::Interval(ms) => ms + 1_000,
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_millis(most);
-    while !shard.commits.written_is_synced() {
+    while !shard.commits.synced_through(last) {
         if std::time::Instant::now() >= deadline {
             return Err("the log was not synced in time".to_string());
         }

@@ -27,7 +27,7 @@ pub mod store;
 pub mod writer;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -59,6 +59,9 @@ pub struct Shard {
     /// Snapshot blobs written whose SNAPSHOT record is not committed yet:
     /// the blob sweep must leave them alone.
     pub pending_blobs: RefCell<HashSet<PathBuf>>,
+    /// Streams whose latest access record (`touch`) may not be committed,
+    /// with its sequence number: a read meanwhile waits for it too.
+    pending_access: RefCell<HashMap<String, u64>>,
     /// This shard's counters, gauges and histograms (`/v1/metrics`).
     pub metrics: crate::metrics::Metrics,
     /// Reply bytes held for clients still to read them (`replies.rs`).
@@ -107,6 +110,7 @@ impl Shard {
             segments,
             head_segment: Cell::new(0),
             pending_blobs: RefCell::new(HashSet::new()),
+            pending_access: RefCell::default(),
             metrics: crate::metrics::Metrics::default(),
             replies: Rc::default(),
             bodies: Rc::default(),
@@ -196,18 +200,39 @@ impl Shard {
         now_ms
     }
 
-    /// Records a read of `key` at `now_ms` (`Stream-TTL` slides from it;
-    /// writes slide it by their own records) and logs one a restart must
-    /// know of (`protocol::access_record`); the read's answer waits for
-    /// that record with `access_logged`. None is queued while the commit
-    /// queue is full: the disk is behind, and reads are not held for it.
+    /// Records a read or write of `key` at `now_ms` (`Stream-TTL` slides
+    /// from it) and logs one a restart must know of
+    /// (`protocol::access_record`). The ticket is that record's, or a
+    /// pending one's of the same stream: the request waits for it with
+    /// `access_logged`. None is queued while the commit queue is full: the
+    /// disk is behind, and requests are not held for it.
     pub fn touch(&self, key: &str, now_ms: u64) -> Option<Ticket> {
         let record = match self.commit_queue_full() {
             true => None,
             false => crate::protocol::access_record(&self.table.borrow(), key, now_ms),
         };
         self.table.borrow_mut().touch(key, now_ms);
-        record.map(|command| self.submit(vec![command]))
+        let Some(command) = record else {
+            return self.pending_access_record(key);
+        };
+        let ticket = self.submit(vec![command]);
+        let mut pending = self.pending_access.borrow_mut();
+        let acknowledged = |&seq: &u64| self.commits.acknowledged_through(seq);
+        pending.retain(|_, seq| !acknowledged(seq));
+        pending.insert(key.to_string(), self.commits.submitted_seq());
+        Some(ticket)
+    }
+
+    /// A ticket covering `key`'s latest access record while it may not be
+    /// committed (with everything else submitted by now).
+    fn pending_access_record(&self, key: &str) -> Option<Ticket> {
+        let mut pending = self.pending_access.borrow_mut();
+        let seq = *pending.get(key)?;
+        if self.commits.acknowledged_through(seq) {
+            pending.remove(key);
+            return None;
+        }
+        self.commits.ticket()
     }
 
     /// Waits for a read's access record (`touch`). Its failure (a disk
