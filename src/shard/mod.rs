@@ -227,6 +227,9 @@ impl Shard {
     /// committed (with everything else submitted by now).
     fn pending_access_record(&self, key: &str) -> Option<Ticket> {
         let mut pending = self.pending_access.borrow_mut();
+        if pending.is_empty() {
+            return None;
+        }
         let seq = *pending.get(key)?;
         if self.commits.acknowledged_through(seq) {
             pending.remove(key);
