@@ -238,9 +238,9 @@ impl Shard {
         self.commits.ticket()
     }
 
-    /// Waits for a read's access record (`touch`). Its failure (a disk
-    /// fault, the record undone) fails no read: only a restart's bound on
-    /// the stream's idle window is the looser for it.
+    /// Waits for a request's access record (`touch`). Its failure (a disk
+    /// fault, the record undone) fails no request: only a restart's bound
+    /// on the stream's idle window is the looser for it.
     pub async fn access_logged(touched: Option<Ticket>) {
         if let Some(ticket) = touched {
             let _ = ticket.await;
