@@ -55,7 +55,7 @@ pub async fn serve(
     }
     let now_ms = shard.reap_if_expired(key);
     // A write slides `Stream-TTL`; its access record is awaited first.
-    Shard::access_logged(shard.touch(key, now_ms)).await;
+    shard.touch(key, now_ms).await;
     let now_ms = shard.reap_if_expired(key);
     let req = Request::sub_resource(head, body, key, now_ms);
     if shard.commit_queue_full() {

@@ -199,7 +199,7 @@ async fn stream_request(
     // is decided, so the decision sees the state after it.
     if matches!(sr.head.method, Method::Get | Method::Post) {
         let now_ms = shard.reap_if_expired(sr.key);
-        Shard::access_logged(shard.touch(sr.key, now_ms)).await;
+        shard.touch(sr.key, now_ms).await;
     }
     // Before the bucket checks: from those to the decision nothing awaits,
     // so a create cannot land in a bucket deleted meanwhile.

@@ -233,10 +233,8 @@ fn log_access(shard: &Rc<Shard>, dir: std::path::PathBuf) {
             now_ms,
         })
         .collect();
-    for touch in touches {
-        drop(shard.submit(vec![touch]));
-    }
-    let (ticket, last) = (shard.commits.ticket(), shard.commits.submitted_seq());
+    let ticket = (!touches.is_empty()).then(|| shard.submit(touches));
+    let last = shard.commits.submitted_seq();
     let shard = shard.clone();
     monoio::spawn(async move {
         let logged = match ticket {

@@ -199,10 +199,9 @@ async fn long_poll(
     let audience = shard.waiters.join(&plan.key);
     let reply = wait_for_reply(shard, socket, &plan, &audience).await;
     let reply = reply.map(|reply| not_modified(reply, if_none_match.as_deref()));
-    let touched = shard.touch(&plan.key, clock::now_ms());
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
-    Shard::access_logged(touched).await;
+    shard.touch(&plan.key, clock::now_ms()).await;
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
@@ -470,7 +469,7 @@ async fn stream_events(
             shard.next_random(),
             timed_out,
         );
-        Shard::access_logged(shard.touch(&cursor.plan.key, now_ms)).await;
+        shard.touch(&cursor.plan.key, now_ms).await;
         if !send_piece(socket, streamed, &step.bytes).await {
             return false;
         }

@@ -158,8 +158,9 @@ impl Shard {
     /// records; the ticket completes once all of them are committed. A
     /// command whose record no segment could hold is neither applied nor
     /// queued: the ticket fails at once (413). (Requests submit one command;
-    /// several come only from reaping, as small deletes, so none before a
-    /// refused one is left applied behind a failed ticket.)
+    /// several come only from reaping, as small deletes, and from a legacy
+    /// start's access records, so none before a refused one is left applied
+    /// behind a failed ticket.)
     pub fn submit(&self, commands: Vec<Command>) -> Ticket {
         assert!(!commands.is_empty(), "nothing to commit");
         let _whole = AbortOnPanic;
@@ -201,26 +202,35 @@ impl Shard {
     }
 
     /// Records a read or write of `key` at `now_ms` (`Stream-TTL` slides
-    /// from it) and logs one a restart must know of
-    /// (`protocol::access_record`). The ticket is that record's, or a
-    /// pending one's of the same stream: the request waits for it with
-    /// `access_logged`. None is queued while the commit queue is full: the
-    /// disk is behind, and requests are not held for it.
-    pub fn touch(&self, key: &str, now_ms: u64) -> Option<Ticket> {
+    /// from it), logs one a restart must know of
+    /// (`protocol::access_record`), and waits for that record or a pending
+    /// one of the same stream. None is queued while the commit queue is
+    /// full: the disk is behind, and requests are not held for it. A
+    /// failed record (a disk fault, undone) fails no request: only a
+    /// restart's bound on the stream's idle window is the looser for it.
+    pub async fn touch(&self, key: &str, now_ms: u64) {
         let record = match self.commit_queue_full() {
             true => None,
             false => crate::protocol::access_record(&self.table.borrow(), key, now_ms),
         };
         self.table.borrow_mut().touch(key, now_ms);
-        let Some(command) = record else {
-            return self.pending_access_record(key);
+        let ticket = match record {
+            Some(command) => Some(self.log_access(key, command)),
+            None => self.pending_access_record(key),
         };
+        if let Some(ticket) = ticket {
+            let _ = ticket.await;
+        }
+    }
+
+    /// Submits `key`'s access record and remembers it as pending.
+    fn log_access(&self, key: &str, command: Command) -> Ticket {
         let ticket = self.submit(vec![command]);
         let mut pending = self.pending_access.borrow_mut();
         let acknowledged = |&seq: &u64| self.commits.acknowledged_through(seq);
         pending.retain(|_, seq| !acknowledged(seq));
         pending.insert(key.to_string(), self.commits.submitted_seq());
-        Some(ticket)
+        ticket
     }
 
     /// A ticket covering `key`'s latest access record while it may not be
@@ -236,15 +246,6 @@ impl Shard {
             return None;
         }
         self.commits.ticket()
-    }
-
-    /// Waits for a request's access record (`touch`). Its failure (a disk
-    /// fault, the record undone) fails no request: only a restart's bound
-    /// on the stream's idle window is the looser for it.
-    pub async fn access_logged(touched: Option<Ticket>) {
-        if let Some(ticket) = touched {
-            let _ = ticket.await;
-        }
     }
 
     /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
