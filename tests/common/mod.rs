@@ -64,9 +64,21 @@ fn binary() -> PathBuf {
     }
 }
 
+/// A port free now and never handed to another server of this test
+/// process: the kernel may give a port back to `bind(0)` once its probe
+/// closes, and a server that then waits for the port to be free would let
+/// its test's readiness check reach another test's server.
 fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().expect("local_addr").port()
+    static HANDED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().expect("local_addr").port();
+        if !handed.contains(&port) {
+            handed.push(port);
+            return port;
+        }
+    }
 }
 
 /// A running `rill serve` process. Dropping it kills the process and removes
