@@ -1,4 +1,6 @@
-//! Micro-benchmarks for the per-request hot paths.
+//! Micro-benchmarks for the per-request hot paths: request heads, chunked
+//! bodies, JSON normalization, offsets, SSE and base64, log records with
+//! their checksum, append-batch frames, and the packed index.
 //!
 //! `cargo bench --bench hot_paths` measures; `cargo test --all-targets` runs
 //! every benchmark once in criterion's test mode so this file cannot rot.
@@ -10,7 +12,11 @@ use base64::Engine;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rill::http::chunked::ChunkedDecoder;
 use rill::http::parse::{Limits, parse_head};
-use rill::protocol::{json, offset, sse};
+use rill::log::format::{self, Decoded};
+use rill::protocol::{batch, json, offset, sse};
+use rill::stream::bitpack::Column;
+use rill::stream::codec::{self, Entry};
+use rill::stream::{Command, ProducerWrite};
 
 const POST_HEAD: &[u8] = b"POST /v1/stream/orders/eu-west/2024 HTTP/1.1\r\n\
 Host: rill.example.com:4437\r\n\
@@ -191,6 +197,97 @@ fn bench_sse(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 256-byte idempotent append as the log stores it: the codec's payload
+/// inside a framed record with its xxh3 checksum.
+fn bench_record(c: &mut Criterion) {
+    let entry = Entry::Stream(Command::Append {
+        key: "orders/eu-west-2024".to_string(),
+        stream_id: 7,
+        start: 123_456_789,
+        data: text_payload(256),
+        producer: Some(ProducerWrite {
+            id: "checkout-service-7f3a".to_string(),
+            epoch: 3,
+            seq: 184_467,
+        }),
+        stream_seq: None,
+        close: false,
+        now_ms: 1_764_547_200_000,
+    });
+    let encode = |out: &mut Vec<u8>| {
+        out.clear();
+        format::encode_with(42, out, |out| (codec::encode(black_box(&entry), out), ())).0
+    };
+    let mut frame = Vec::with_capacity(1024);
+    encode(&mut frame);
+    let decode = |frame: &[u8]| match format::decode(frame) {
+        Decoded::Record { record, .. } => codec::decode(record.kind, record.payload).ok(),
+        _ => None,
+    };
+    assert_eq!(decode(&frame).as_ref(), Some(&entry));
+
+    let mut out = Vec::with_capacity(1024);
+    let mut g = c.benchmark_group("record");
+    g.throughput(Throughput::Bytes(frame.len() as u64));
+    g.bench_function("encode_append_256", |b| b.iter(|| encode(&mut out)));
+    g.bench_function("decode_append_256", |b| {
+        b.iter(|| decode(black_box(&frame)))
+    });
+    g.finish();
+}
+
+/// An append-batch body of 512 frames of 256 bytes (extensions §4).
+fn bench_batch(c: &mut Criterion) {
+    let payload = text_payload(256);
+    let mut body = Vec::with_capacity(512 * 260);
+    for _ in 0..512 {
+        body.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        body.extend_from_slice(&payload);
+    }
+    assert_eq!(batch::frames(&body).map(|f| f.len()).ok(), Some(512));
+
+    let mut g = c.benchmark_group("batch");
+    g.throughput(Throughput::Bytes(body.len() as u64));
+    g.bench_function("frames_512x256", |b| {
+        b.iter(|| batch::frames(black_box(&body)).map(|f| f.len()))
+    });
+    g.finish();
+}
+
+/// The index's packed message ends (`stream::bitpack`): a full chunk of
+/// appends of 200-263 bytes, read by position and searched by offset.
+fn bench_index(c: &mut Criterion) {
+    let mut end = 1u64 << 30;
+    let ends: Vec<u64> = (0..1024u64)
+        .map(|i| {
+            end += 200 + (i.wrapping_mul(2_654_435_761) >> 7) % 64;
+            end
+        })
+        .collect();
+    let column = Column::pack(&ends).expect("packs");
+    let probe = ends[700] - 1;
+    let search = |column: &Column| {
+        let (mut low, mut high) = (0, column.len());
+        while low < high {
+            let mid = low + (high - low) / 2;
+            match column.get(mid) <= probe {
+                true => low = mid + 1,
+                false => high = mid,
+            }
+        }
+        low
+    };
+    assert_eq!(search(&column), 700);
+
+    let mut g = c.benchmark_group("index");
+    g.bench_function("packed_get", |b| b.iter(|| column.get(black_box(700))));
+    g.bench_function("packed_search_1024", |b| {
+        b.iter(|| search(black_box(&column)))
+    });
+    g.bench_function("pack_1024", |b| b.iter(|| Column::pack(black_box(&ends))));
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .measurement_time(Duration::from_secs(2))
@@ -200,6 +297,7 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = bench_parse_head, bench_chunked, bench_json, bench_offset, bench_sse
+    targets = bench_parse_head, bench_chunked, bench_json, bench_offset, bench_sse,
+        bench_record, bench_batch, bench_index
 }
 criterion_main!(benches);

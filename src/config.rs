@@ -123,9 +123,8 @@ impl Default for Config {
             max_connections: 50_000,
             shutdown_timeout_ms: 10_000,
             access_log: false,
-            // Each shard gets budget ÷ cores: with 2 cores a single stream
-            // taking append-batch frames at 500k/s (14 B each once packed)
-            // has ~5 min before retention must free room.
+            // Each shard gets budget ÷ cores: a few bytes an append once
+            // packed (docs/OPERATIONS.md), over a billion retained appends.
             max_index_bytes: 4 << 30,
             // 256 catch-up windows (4 MiB) in flight per shard of 2: room
             // for many fast readers at once, yet a bound on stalled ones.
@@ -178,9 +177,9 @@ OPTIONS:
                                 and the log to be synced; past it rill exits with status 1
                                 [default: 10000]
     --max-index-bytes N         memory for message ends, log locations and streams over all
-                                shards (8 B per retained message, 24 B per append, 4 and 14
-                                once packed in full chunks, 1 KiB per stream plus its key
-                                and attributes); creates and new
+                                shards (8 B per retained message, 24 B per append, a few
+                                once bit-packed in full chunks, 1 KiB per stream plus its
+                                key and attributes); creates and new
                                 messages beyond get 503 until retention or deletes free some
                                 [default: 4294967296]
     --max-reply-bytes N         bytes of large replies (catch-up windows, snapshot blobs) held

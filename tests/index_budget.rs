@@ -129,9 +129,10 @@ fn streams_and_their_attributes_count_against_the_budget() {
     assert_eq!(create(refused).status, 201, "a delete made room");
 }
 
-/// Full index chunks are packed (4 bytes a message end and 10 an extent
-/// instead of 8 and 16): a budget holds more appends than the unpacked
-/// 24 bytes each would allow, and says so in `rill_index_bytes`.
+/// Full index chunks are bit-packed (appends of one size, written in order,
+/// take well under a byte a field instead of 8 and 16): a budget holds
+/// many times the appends the unpacked 24 bytes each would allow, and says
+/// so in `rill_index_bytes`.
 #[test]
 fn packed_index_chunks_hold_more_appends() {
     let budget: u64 = 256 << 10;
@@ -155,11 +156,11 @@ fn packed_index_chunks_hold_more_appends() {
         }
         assert_eq!(r.status, 200, "{}", r.text());
         accepted += 512;
-        assert!(accepted < 100_000, "the budget never refused");
+        assert!(accepted < 2_000_000, "the budget never refused");
     }
     let unpacked = (budget - 1024) / 24;
     assert!(
-        accepted as u64 > unpacked * 13 / 10,
+        accepted as u64 > unpacked * 5,
         "{accepted} appends fit; unpacked, {unpacked} would"
     );
     // Each request is measured before it applies: the budget holds, and
@@ -317,7 +318,7 @@ fn batch_frames_of_many_records_are_measured_by_their_records() {
     let records = format!("[{}1]", "1,".repeat(499));
     let body = framed(&[records.as_bytes(), records.as_bytes()]);
     let batch = format!("{path}/append-batch");
-    let refused = (0..100).find_map(|_| {
+    let refused = (0..5_000).find_map(|_| {
         let r = req(s.addr, "POST", &batch, &JSON, &body);
         if r.status == 503 {
             return Some(r.text());

@@ -5,16 +5,19 @@
 //! never move. Entries are dropped from the front (retention) and taken
 //! back from the back (a rolled-back write).
 //!
-//! A chunk that fills up is *packed* (`Pack`): its entries are stored as
-//! small offsets from a base, which more than halves what a long stream's
-//! index takes (issue 4: the index is what bounds retained appends). A
+//! A chunk that fills up is *packed* (`Pack`, bit-packed columns from
+//! `bitpack`), which takes a long stream's index from 8-16 bytes an entry
+//! to a few bits (issue 4: the index is what bounds retained appends). A
 //! packed chunk is read in place; changing an entry that no longer fits
 //! the packing unpacks that chunk for good.
 
 use std::collections::VecDeque;
 
-/// Entries per chunk.
-const CHUNK: usize = 4096;
+use super::bitpack::Column;
+
+/// Entries per chunk: a stream's last chunk stays plain (8 or 16 bytes an
+/// entry) until it fills, so this bounds what each stream keeps unpacked.
+const CHUNK: usize = 1024;
 
 /// How a chunk of entries is stored compactly.
 pub trait Pack: Copy {
@@ -23,10 +26,13 @@ pub trait Pack: Copy {
     fn pack(values: &[Self]) -> Option<Self::Packed>;
     fn packed_len(packed: &Self::Packed) -> usize;
     fn packed_get(packed: &Self::Packed, index: usize) -> Self;
-    /// Replaces entry `index`; false (nothing changed) when it does not fit.
+    /// Replaces entry `index` (the packed form may change size); false
+    /// (nothing changed) when it does not fit.
     fn packed_set(packed: &mut Self::Packed, index: usize, value: Self) -> bool;
     /// Memory the packed form takes.
     fn packed_bytes(packed: &Self::Packed) -> u64;
+    /// Entries `from..to` appended to `out` (a sequential scan).
+    fn packed_decode(packed: &Self::Packed, from: usize, to: usize, out: &mut Vec<Self>);
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +58,18 @@ impl<T: Pack> Chunk<T> {
 
     fn last(&self) -> Option<T> {
         self.len().checked_sub(1).map(|i| self.get(i))
+    }
+
+    /// Entries `from..to`, decoded in one pass.
+    fn slice(&self, from: usize, to: usize) -> Vec<T> {
+        match self {
+            Chunk::Plain(values) => values[from..to].to_vec(),
+            Chunk::Packed(packed) => {
+                let mut out = Vec::with_capacity(to - from);
+                T::packed_decode(packed, from, to, &mut out);
+                out
+            }
+        }
     }
 
     fn bytes(&self) -> u64 {
@@ -210,13 +228,14 @@ impl<T: Pack> Chunked<T> {
         }
         let (at_chunk, at) = self.locate(index);
         let chunk = &mut self.chunks[at_chunk];
-        if let Chunk::Packed(packed) = chunk
-            && T::packed_set(packed, at, value)
-        {
-            return true;
-        }
         let before = chunk.bytes();
-        chunk.unpacked()[at] = value;
+        let stored = match chunk {
+            Chunk::Packed(packed) => T::packed_set(packed, at, value),
+            Chunk::Plain(_) => false,
+        };
+        if !stored {
+            chunk.unpacked()[at] = value;
+        }
         self.bytes = self.bytes - before + chunk.bytes();
         true
     }
@@ -297,60 +316,59 @@ impl<T: Pack> Chunked<T> {
         before + within
     }
 
-    /// The entries at `start..end` (clamped), in order.
+    /// The entries at `start..end` (clamped), in order, each chunk's part
+    /// decoded in one pass.
     pub fn range(&self, start: usize, end: usize) -> impl Iterator<Item = T> + '_ {
         let end = end.min(self.len);
         let start = start.min(end);
-        (start..end).map(|i| self.get(i).expect("within len"))
+        let (first_chunk, first_at) = match start < end {
+            true => self.locate(start),
+            false => (self.chunks.len(), 0),
+        };
+        let mut left = end - start;
+        self.chunks
+            .range(first_chunk..)
+            .enumerate()
+            .map_while(move |(i, chunk)| {
+                let from = if i == 0 { first_at } else { 0 };
+                let to = chunk.len().min(from + left);
+                left -= to - from;
+                (to > from).then(|| chunk.slice(from, to))
+            })
+            .flatten()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = T> + '_ {
-        self.chunks
-            .iter()
-            .flat_map(|c| (0..c.len()).map(move |i| c.get(i)))
+        self.range(0, self.len)
     }
 }
 
-/// Ascending offsets (message ends) packed as 32-bit distances from the
-/// chunk's first: 4 bytes each instead of 8.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PackedOffsets {
-    base: u64,
-    from_base: Box<[u32]>,
-}
-
-/// `value - base` when it fits 32 bits: how packed chunks store offsets.
-pub fn distance(value: u64, base: u64) -> Option<u32> {
-    u32::try_from(value.checked_sub(base)?).ok()
-}
-
+/// Offsets (message ends) pack as a bit-packed column (`bitpack`).
 impl Pack for u64 {
-    type Packed = PackedOffsets;
+    type Packed = Column;
 
-    fn pack(values: &[u64]) -> Option<PackedOffsets> {
-        let base = *values.first()?;
-        let from_base = values
-            .iter()
-            .map(|&v| distance(v, base))
-            .collect::<Option<Box<[u32]>>>()?;
-        Some(PackedOffsets { base, from_base })
+    fn pack(values: &[u64]) -> Option<Column> {
+        Column::pack(values)
     }
 
-    fn packed_len(packed: &PackedOffsets) -> usize {
-        packed.from_base.len()
+    fn packed_len(packed: &Column) -> usize {
+        packed.len()
     }
 
-    fn packed_get(packed: &PackedOffsets, index: usize) -> u64 {
-        packed.base + u64::from(packed.from_base[index])
+    fn packed_get(packed: &Column, index: usize) -> u64 {
+        packed.get(index)
     }
 
-    fn packed_set(packed: &mut PackedOffsets, index: usize, value: u64) -> bool {
-        let fits = distance(value, packed.base);
-        fits.map(|d| packed.from_base[index] = d).is_some()
+    fn packed_set(packed: &mut Column, index: usize, value: u64) -> bool {
+        packed.set(index, value)
     }
 
-    fn packed_bytes(packed: &PackedOffsets) -> u64 {
-        8 + 4 * packed.from_base.len() as u64
+    fn packed_bytes(packed: &Column) -> u64 {
+        packed.bytes()
+    }
+
+    fn packed_decode(packed: &Column, from: usize, to: usize, out: &mut Vec<u64>) {
+        packed.decode_into(from, to, out)
     }
 }
 
@@ -375,20 +393,25 @@ mod tests {
         let mut c = filled(n);
         let mut v: Vec<u64> = (0..n).collect();
         assert_eq!(c.len(), v.len());
-        assert_eq!(c.partition_point(|&x| x < 5000), 5000);
+        let (c1, c2) = (CHUNK as u64, 2 * CHUNK as u64);
+        assert_eq!(c.partition_point(|&x| x < c1 + 904), CHUNK + 904);
         assert_eq!(
             c.partition_point(|_| true),
             c.len(),
             "the last chunk is short"
         );
-        assert_eq!(c.range(4090, 4100).collect::<Vec<_>>(), v[4090..4100]);
-        c.drop_front(4100);
-        v.drain(..4100);
+        let across = CHUNK - 6..CHUNK + 4;
+        assert_eq!(
+            c.range(across.start, across.end).collect::<Vec<_>>(),
+            v[across]
+        );
+        c.drop_front(CHUNK + 4);
+        v.drain(..CHUNK + 4);
         assert_eq!(
             (c.get(0), c.get(c.len() - 1)),
             (Some(v[0]), v.last().copied())
         );
-        assert_eq!(c.partition_point(|&x| x < 9000), 9000 - 4100);
+        assert_eq!(c.partition_point(|&x| x < c2 + 808), CHUNK + 804);
         c.truncate(c.len() - CHUNK - 3);
         v.truncate(v.len() - CHUNK - 3);
         c.push(99_999);
@@ -439,28 +462,31 @@ mod tests {
     fn full_chunks_are_packed_and_counted() {
         let n = 4 * CHUNK as u64;
         let c = filled(n);
-        // Three packed chunks (4 bytes an entry and a base), the last plain.
-        let packed = 3 * (8 + 4 * CHUNK as u64);
-        assert_eq!(c.bytes(), packed + 8 * CHUNK as u64);
+        // Three packed chunks (a line: no bits at all), the last plain.
+        let line: Vec<u64> = (0..CHUNK as u64).collect();
+        let packed = Column::pack(&line).expect("packs").bytes();
+        assert!(packed < CHUNK as u64 / 4, "{packed} bytes");
+        assert_eq!(c.bytes(), 3 * packed + 8 * CHUNK as u64);
         assert_eq!(c.bytes(), recount(&c));
         assert!(matches!(c.chunks[0], Chunk::Packed(_)));
         assert!(matches!(c.chunks[3], Chunk::Plain(_)));
         assert_eq!(c.iter().collect::<Vec<_>>(), (0..n).collect::<Vec<_>>());
-        assert_eq!(c.partition_point(|&x| x < 12_345), 12_345);
+        assert_eq!(c.partition_point(|&x| x < n - 45), n as usize - 45);
     }
 
     #[test]
     fn entries_that_do_not_fit_unpack_their_chunk() {
-        // Distances past 32 bits: the chunk stays plain.
+        // Residuals past 64 bits (bitpack): the chunk stays plain.
+        let wild = |i: u64| if i.is_multiple_of(2) { u64::MAX } else { 0 };
         let mut wide = Chunked::default();
-        (0..=CHUNK as u64).for_each(|i| wide.push(i << 32));
+        (0..=CHUNK as u64).for_each(|i| wide.push(wild(i)));
         assert!(matches!(wide.chunks[0], Chunk::Plain(_)));
-        assert_eq!(wide.get(CHUNK - 1), Some(((CHUNK - 1) as u64) << 32));
+        assert_eq!(wide.get(CHUNK - 2), Some(u64::MAX));
         // A packed entry set out of reach unpacks its chunk, and counts.
         let mut c = filled(2 * CHUNK as u64);
-        assert!(c.set(10, 1 << 40));
+        assert!(c.set(0, u64::MAX));
         assert!(matches!(c.chunks[0], Chunk::Plain(_)));
-        assert_eq!((c.get(10), c.get(11)), (Some(1 << 40), Some(11)));
+        assert_eq!((c.get(0), c.get(1)), (Some(u64::MAX), Some(1)));
         assert_eq!(c.bytes(), recount(&c));
         // Truncating into a packed chunk, and draining one, keep the count.
         let mut c = filled(3 * CHUNK as u64);
@@ -472,7 +498,7 @@ mod tests {
         assert!(matches!(c.chunks[0], Chunk::Packed(_)), "repacked");
         // Equality is of the entries, packed or not.
         let (a, mut b) = (filled(CHUNK as u64 + 1), filled(CHUNK as u64 + 1));
-        assert!(b.set(0, 1 << 40) && b.set(0, 0));
+        assert!(b.set(0, u64::MAX) && b.set(0, 0));
         assert!(matches!(b.chunks[0], Chunk::Plain(_)));
         assert_eq!(a, b);
     }

@@ -3,6 +3,7 @@
 //! applies a command only once it is committed, and recovery replays the same
 //! commands through the same `Table::apply` (DESIGN.md "Layers").
 
+pub mod bitpack;
 pub mod budget;
 pub mod chunked;
 pub mod codec;
