@@ -82,7 +82,17 @@ pub fn line(level: Level, shard: Option<usize>, fields: &str, journal: bool) -> 
 /// Writes one event with message `msg`.
 pub fn event(level: Level, shard: Option<usize>, msg: &str) {
     let fields = format!("msg={}", value(msg));
-    eprintln!("{}", line(level, shard, &fields, to_journal()));
+    emit(&line(level, shard, &fields, to_journal()));
+}
+
+/// Writes one line to stderr, ignoring failures: a log line lost to a
+/// full disk or a closed pipe (stderr redirected to a file, a restarted
+/// journal) must not panic the shard that logs it, as `eprintln!` would.
+fn emit(line: &str) {
+    use std::io::Write;
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_all(line.as_bytes());
+    let _ = stderr.write_all(b"\n");
 }
 
 /// Writes one access-log line.
@@ -91,7 +101,7 @@ pub fn access(shard: usize, method: &str, path: &str, status: u16, micros: u128)
         "kind=access method={method} path={} status={status} us={micros}",
         value(path)
     );
-    eprintln!("{}", line(Level::Info, Some(shard), &fields, to_journal()));
+    emit(&line(Level::Info, Some(shard), &fields, to_journal()));
 }
 
 /// `info!(shard, "...", args)` or `info!("...", args)` (no shard); also

@@ -140,3 +140,23 @@ fn journald_gets_priorities_and_no_access_log_by_default() {
     }
     assert!(!stderr.contains("kind=access"), "{stderr}");
 }
+
+/// A log line that cannot be written (stderr a closed pipe: a restarted
+/// journal, a reader gone; or a file on a full disk) is dropped: the
+/// request that logs it is still answered and the server keeps serving.
+#[test]
+fn an_unwritable_stderr_loses_lines_not_requests() {
+    let (mut child, addr, _dir) = spawn(&["--cores", "1", "--access-log", "true"], &[]);
+    drop(child.0.as_mut().unwrap().stderr.take());
+    let ct = [("Content-Type", "text/plain")];
+    for i in 0..20 {
+        let path = format!("/v1/stream/unlogged-{i}");
+        assert_eq!(req(addr, "PUT", &path, &ct, b"x").status, 201, "PUT {i}");
+        assert_eq!(req(addr, "GET", &path, &[], b"").status, 200, "GET {i}");
+    }
+    let running = child.0.as_mut().unwrap();
+    assert!(running.try_wait().unwrap().is_none(), "the server exited");
+    // SAFETY: kill only sends a signal to the child we spawned.
+    unsafe { libc::kill(running.id() as i32, libc::SIGTERM) };
+    assert!(running.wait().unwrap().success());
+}
