@@ -4,6 +4,7 @@
 
 pub mod aligned;
 pub mod appender;
+pub mod faulty;
 pub mod format;
 pub mod recovery;
 pub mod storage;

@@ -2,9 +2,9 @@
 //!
 //! This file owns every path from the log to the disk: the [`SegmentFile`]
 //! and [`Storage`] traits, the real O_DIRECT + io_uring implementation
-//! ([`DirectStorage`] / [`DirectFile`]), crash-safe segment preallocation,
-//! and the fault-injecting wrapper ([`FaultyStorage`]) that tests use to
-//! simulate EIO, ENOSPC and short writes.
+//! ([`DirectStorage`] / [`DirectFile`]) and crash-safe segment
+//! preallocation. The fault-injecting wrapper tests use lives in `faulty`
+//! (re-exported here).
 //!
 //! Segment files live in one directory as `{index:020}.seg`. All positioned
 //! I/O is in whole [`BLOCK`]s at `BLOCK`-aligned offsets; the implementations
@@ -14,11 +14,12 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::aligned::{AlignedBuf, BLOCK};
+pub use super::faulty::{Fault, FaultPlan, FaultyFile, FaultyStorage};
 
 /// Size of each zero-filling write issued by preallocation.
 pub const PREALLOC_CHUNK: usize = 1 << 20;
@@ -43,6 +44,12 @@ pub trait SegmentFile {
     /// so that no `sync_data` is needed after it.
     fn write_through(&self) -> bool {
         false
+    }
+
+    /// Reserves the file's first `bytes` on disk, so that a full disk fails
+    /// here at once rather than after zero-filling what space is left.
+    fn reserve(&self, _bytes: u64) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -79,7 +86,8 @@ pub trait Storage {
     fn path(&self, index: u64) -> PathBuf;
 
     /// Creates segment `index` of `bytes` length (a multiple of `BLOCK`)
-    /// filled with zeros, crash-safely: zeros go to `{index}.seg.tmp` through
+    /// filled with zeros, crash-safely: its blocks are reserved first (a
+    /// full disk then costs no writes), zeros go to `{index}.seg.tmp` through
     /// the `SegmentFile` path in 1 MiB aligned writes, then `sync_data`,
     /// rename to `{index}.seg`, fsync the directory. Each write is an await,
     /// so this can run in the background beside commits. On failure the tmp
@@ -92,6 +100,7 @@ pub trait Storage {
         );
         let file = self.create_tmp(index).await?;
         let filled = async {
+            file.reserve(bytes)?;
             zero_fill(&file, bytes).await?;
             file.sync_data().await
         }
@@ -316,6 +325,21 @@ impl SegmentFile for DirectFile {
     fn write_through(&self) -> bool {
         self.write_through
     }
+
+    fn reserve(&self, bytes: u64) -> io::Result<()> {
+        let len = libc::off_t::try_from(bytes).map_err(io::Error::other)?;
+        // SAFETY: fallocate on a descriptor this file owns, with plain
+        // integer arguments; no memory is passed.
+        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
+        match rc {
+            0 => Ok(()),
+            _ => match io::Error::last_os_error() {
+                // A filesystem without fallocate is reserved by the zeros.
+                e if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+                e => Err(e),
+            },
+        }
+    }
 }
 
 impl Storage for DirectStorage {
@@ -365,188 +389,6 @@ impl Storage for DirectStorage {
 
     fn path(&self, index: u64) -> PathBuf {
         self.dir.join(seg_name(index))
-    }
-}
-
-/// What an injected fault does to the next (and every later) operation until
-/// changed or cleared.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Fault {
-    /// Pass through to the real storage.
-    #[default]
-    None,
-    /// Fail with `EIO` without touching the disk.
-    Eio,
-    /// Fail with `ENOSPC` without touching the disk.
-    Enospc,
-    /// Writes only: transfer the first half of the buffer rounded down to a
-    /// BLOCK multiple and report that count. Always strictly less than the
-    /// requested length; a single-block write transfers nothing and reports
-    /// `Ok(0)`, so callers must treat 0 as an error rather than retry forever.
-    ShortWrite,
-    /// Writes only: a write waits (checking every millisecond) until the
-    /// plan's write fault is changed, then goes on under the new one: a
-    /// disk frozen for as long as a test needs commits to stay pending.
-    Stall,
-}
-
-#[derive(Debug, Default)]
-struct FaultState {
-    writes: Fault,
-    syncs: Fault,
-}
-
-/// Shared handle to the faults a [`FaultyStorage`] injects; tests keep a
-/// clone and flip it at runtime. Faults persist until changed or cleared.
-#[derive(Clone, Debug, Default)]
-pub struct FaultPlan(Rc<RefCell<FaultState>>);
-
-impl FaultPlan {
-    /// Fault applied to every `write_at` (including preallocation writes).
-    pub fn set_writes(&self, f: Fault) {
-        self.0.borrow_mut().writes = f;
-    }
-
-    /// Fault applied to every file `sync_data`; `Eio`, `Enospc` or `None`.
-    pub fn set_syncs(&self, f: Fault) {
-        assert!(
-            !matches!(f, Fault::ShortWrite | Fault::Stall),
-            "{f:?} is not a sync fault"
-        );
-        self.0.borrow_mut().syncs = f;
-    }
-
-    /// Stops injecting faults.
-    pub fn clear(&self) {
-        *self.0.borrow_mut() = FaultState::default();
-    }
-
-    fn writes(&self) -> Fault {
-        self.0.borrow().writes
-    }
-
-    fn syncs(&self) -> Fault {
-        self.0.borrow().syncs
-    }
-}
-
-fn fault_error(f: Fault) -> Option<io::Error> {
-    match f {
-        Fault::Eio => Some(io::Error::from_raw_os_error(libc::EIO)),
-        Fault::Enospc => Some(io::Error::from_raw_os_error(libc::ENOSPC)),
-        Fault::None | Fault::ShortWrite | Fault::Stall => None,
-    }
-}
-
-/// Test-only wrapper that injects faults from a [`FaultPlan`] into every file
-/// write and `sync_data` (preallocation included). Reads, listing, renames,
-/// removals and directory fsyncs pass through unfaulted.
-#[derive(Debug)]
-pub struct FaultyStorage<S: Storage> {
-    inner: S,
-    plan: FaultPlan,
-}
-
-/// A file of a [`FaultyStorage`].
-#[derive(Debug)]
-pub struct FaultyFile<F: SegmentFile> {
-    inner: F,
-    plan: FaultPlan,
-}
-
-impl<S: Storage> FaultyStorage<S> {
-    pub fn new(inner: S, plan: FaultPlan) -> Self {
-        Self { inner, plan }
-    }
-
-    pub fn plan(&self) -> &FaultPlan {
-        &self.plan
-    }
-
-    pub fn inner(&self) -> &S {
-        &self.inner
-    }
-
-    fn wrap(&self, inner: S::File) -> FaultyFile<S::File> {
-        FaultyFile {
-            inner,
-            plan: self.plan.clone(),
-        }
-    }
-}
-
-impl<F: SegmentFile> FaultyFile<F> {
-    /// Writes the first half of `buf` (rounded down to BLOCK) and returns the
-    /// untouched original buffer.
-    async fn short_write(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
-        let half = buf.len() / 2 / BLOCK * BLOCK;
-        if half == 0 {
-            return (Ok(0), buf);
-        }
-        let mut prefix = AlignedBuf::with_capacity(half);
-        prefix.extend_from_slice(&buf.as_slice()[..half]);
-        let (res, _) = self.inner.write_at(prefix, pos).await;
-        (res, buf)
-    }
-}
-
-impl<F: SegmentFile> SegmentFile for FaultyFile<F> {
-    async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
-        while self.plan.writes() == Fault::Stall {
-            monoio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
-        match self.plan.writes() {
-            Fault::None | Fault::Stall => self.inner.write_at(buf, pos).await,
-            Fault::ShortWrite => self.short_write(buf, pos).await,
-            f => (Err(fault_error(f).expect("error fault")), buf),
-        }
-    }
-
-    async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
-        self.inner.read_at(buf, pos).await
-    }
-
-    async fn sync_data(&self) -> io::Result<()> {
-        match fault_error(self.plan.syncs()) {
-            Some(e) => Err(e),
-            None => self.inner.sync_data().await,
-        }
-    }
-
-    fn write_through(&self) -> bool {
-        self.inner.write_through()
-    }
-}
-
-impl<S: Storage> Storage for FaultyStorage<S> {
-    type File = FaultyFile<S::File>;
-
-    fn list(&self) -> io::Result<Vec<u64>> {
-        self.inner.list()
-    }
-
-    async fn open(&self, index: u64) -> io::Result<Self::File> {
-        Ok(self.wrap(self.inner.open(index).await?))
-    }
-
-    async fn create_tmp(&self, index: u64) -> io::Result<Self::File> {
-        Ok(self.wrap(self.inner.create_tmp(index).await?))
-    }
-
-    async fn publish_tmp(&self, index: u64) -> io::Result<()> {
-        self.inner.publish_tmp(index).await
-    }
-
-    async fn discard_tmp(&self, index: u64) {
-        self.inner.discard_tmp(index).await
-    }
-
-    async fn remove(&self, index: u64) -> io::Result<()> {
-        self.inner.remove(index).await
-    }
-
-    fn path(&self, index: u64) -> PathBuf {
-        self.inner.path(index)
     }
 }
 
@@ -619,6 +461,36 @@ mod tests {
             assert_eq!(data.len() as u64, size);
             assert!(data.iter().all(|&b| b == 0));
             assert_eq!(dir_names(&tmp.0), vec![seg_name(7)]);
+        });
+    }
+
+    #[test]
+    fn a_segment_the_disk_cannot_hold_fails_before_any_zeros() {
+        // 1 PiB: past any test machine's free space (ENOSPC) or past the
+        // filesystem's largest file (EFBIG). Without the reservation the
+        // zeros would fill the disk before failing.
+        let tmp = TempDir::new("reserve");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            let file = storage.create_tmp(3).await.unwrap();
+            let err = file.reserve(1 << 50).unwrap_err();
+            assert!(
+                matches!(err.raw_os_error(), Some(libc::ENOSPC | libc::EFBIG)),
+                "{err}"
+            );
+            storage.discard_tmp(3).await;
+            let err = storage.preallocate(3, 1 << 50).await.unwrap_err();
+            assert!(matches!(
+                err.raw_os_error(),
+                Some(libc::ENOSPC | libc::EFBIG)
+            ));
+            assert!(dir_names(&tmp.0).is_empty(), "no tmp file left");
+            // A size that fits is reserved: its blocks are allocated.
+            let file = storage.create_tmp(4).await.unwrap();
+            file.reserve(1 << 20).unwrap();
+            let meta = std::fs::metadata(tmp.0.join(tmp_name(4))).unwrap();
+            use std::os::unix::fs::MetadataExt;
+            assert!(meta.blocks() * 512 >= 1 << 20, "{} blocks", meta.blocks());
         });
     }
 
@@ -699,7 +571,6 @@ mod tests {
 
     #[test]
     fn write_through_opens_segments_dsync_and_preallocates_without() {
-        use std::os::fd::AsRawFd;
         let flags = |file: &DirectFile| {
             // SAFETY: F_GETFL on a descriptor the file keeps open.
             unsafe { libc::fcntl(file.file.as_raw_fd(), libc::F_GETFL) }
