@@ -229,3 +229,43 @@ fn abstract_notify_socket_gets_ready_and_stopping() {
     drop(child);
     let _ = fs::remove_dir_all(&root);
 }
+
+/// A shard whose log cannot be opened for appending (its next segment
+/// cannot be created: a full disk, here a directory in the way) fails the
+/// startup: exit 1 and no `READY=1`, not a process that looks ready while
+/// part of the keyspace has no shard.
+#[test]
+fn a_shard_that_cannot_append_fails_the_startup() {
+    let mut s = Server::start(SERVE_ARGS);
+    s.kill();
+    let shard = s.data_dir.join("shard-01");
+    for entry in fs::read_dir(&shard).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "seg") {
+            fs::remove_file(path).unwrap();
+        }
+    }
+    fs::create_dir(shard.join("00000000000000000001.seg.tmp")).unwrap();
+
+    let (sock_path, socket) = temp_socket();
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let log = s.data_dir.with_file_name("unappendable.stderr.log");
+    let addr = s.addr.to_string();
+    let child = spawn_notified(&addr, &s.data_dir, sock_path.to_str().unwrap(), &log);
+    let mut child = Reaped(child);
+    let code = wait_exit(&mut child.0, Duration::from_secs(30));
+    let stderr = fs::read_to_string(&log).unwrap();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("startup failed: shard 1: cannot open the log for appending"),
+        "{stderr}"
+    );
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = socket.recv(&mut buf) {
+        let datagram = String::from_utf8_lossy(&buf[..n]);
+        assert!(!datagram.lines().any(|l| l == "READY=1"), "{datagram}");
+    }
+    let _ = fs::remove_file(&sock_path);
+}

@@ -136,15 +136,9 @@ pub async fn start(
             return None;
         }
     };
-    let _ = startup.report.send((index, Ok(registry.clone())));
-    // Blocking is fine here: nothing else runs on this shard yet.
-    let union = startup.union.recv().ok().flatten()?;
-    table.publish_all();
-    table.set_index_budget(config.max_index_bytes / config.cores as u64);
-    table.set_producer_limits(config.producer_limits());
-    // Recovery's scratch maps (records placed, images) are freed by now:
-    // resident memory should reflect the streams kept, not replay's peak.
-    return_freed_memory(true);
+    // The log opens for appending (its next segment preallocated) before
+    // the shard reports: a shard that cannot write must fail the startup,
+    // not leave the process ready with part of the keyspace unserved.
     let storage_for_reads = storage.clone();
     let appender = Appender::open(
         storage,
@@ -157,10 +151,20 @@ pub async fn start(
     let appender = match appender {
         Ok(appender) => appender,
         Err(e) => {
-            crate::error!(shard = index, "cannot open the log for appending: {e}");
+            let message = format!("cannot open the log for appending: {e}");
+            let _ = startup.report.send((index, Err(message)));
             return None;
         }
     };
+    let _ = startup.report.send((index, Ok(registry.clone())));
+    // Blocking is fine here: nothing else runs on this shard yet.
+    let union = startup.union.recv().ok().flatten()?;
+    table.publish_all();
+    table.set_index_budget(config.max_index_bytes / config.cores as u64);
+    table.set_producer_limits(config.producer_limits());
+    // Recovery's scratch maps (records placed, images) are freed by now:
+    // resident memory should reflect the streams kept, not replay's peak.
+    return_freed_memory(true);
     let buckets = registry
         .iter()
         .map(|(id, &created_at_ms)| {
