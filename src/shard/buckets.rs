@@ -6,11 +6,12 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::Shard;
+use super::commit::CommitError;
 use super::mesh::MeshMsg;
 use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::buckets::{self, StreamSummary};
-use crate::protocol::response::{Response, conflict, not_found, storage_unavailable};
+use crate::protocol::response::{Response, conflict, not_found};
 use crate::stream::Command;
 use crate::stream::codec::Entry;
 
@@ -33,10 +34,15 @@ const SETTLE_LIMIT: Duration = Duration::from_secs(5);
 /// the latest after `SETTLE_LIMIT` or when the shard stops, still frozen.
 pub async fn settle(shard: &Shard, bucket: &str) {
     let frozen = || shard.buckets.borrow().get(bucket).is_some_and(|b| b.frozen);
+    wait_while(shard, frozen).await;
+}
+
+/// Polls `busy` until it is false, `SETTLE_LIMIT` passes or the shard
+/// stops: a freeze or a create lasts a mesh round trip plus a logged
+/// record, and only requests naming that bucket meet it.
+async fn wait_while(shard: &Shard, busy: impl Fn() -> bool) {
     let deadline = Instant::now() + SETTLE_LIMIT;
-    // Polled: a freeze lasts one mesh round trip (plus a logged delete),
-    // and only creates in that bucket meet it.
-    while frozen() && Instant::now() < deadline && !shard.stopping.get() {
+    while busy() && Instant::now() < deadline && !shard.stopping.get() {
         monoio::time::sleep(Duration::from_millis(1)).await;
     }
 }
@@ -86,11 +92,24 @@ pub fn apply_entry(shard: &Shard, entry: Entry) {
 
 /// Logs a registry change on this shard, then acknowledges whether it
 /// committed.
-fn replicate(shard: &Rc<Shard>, entry: Entry, ack: flume::Sender<bool>) {
+fn replicate(shard: &Rc<Shard>, entry: Entry, ack: flume::Sender<Result<(), CommitError>>) {
     let ticket = shard.submit_bucket(entry);
     monoio::spawn(async move {
-        let _ = ack.send(ticket.await.is_ok());
+        let _ = ack.send(ticket.await);
     });
+}
+
+/// Sends `make`'s registry change to every shard and waits for all to log
+/// it: the first failure, as the client will be told (507 on a full disk).
+async fn replicate_everywhere(
+    shard: &Shard,
+    make: impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg,
+) -> Result<(), Response> {
+    let acks = shard.mesh.gather(make).await;
+    match acks.into_iter().find_map(Result::err) {
+        Some(error) => Err(error.response()),
+        None => Ok(()),
+    }
 }
 
 /// Applies replicated registry changes and answers scans (any shard).
@@ -198,32 +217,14 @@ fn registry_full(shard: &Shard) -> bool {
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
     if matches!(head.method, Method::Put | Method::Delete) {
         settle(shard, bucket).await;
+        let creating = || shard.bucket_creates.borrow().contains(bucket);
+        wait_while(shard, creating).await;
     }
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
         (Method::Put, None) if registry_full(shard) => crate::protocol::response::index_full(),
-        (Method::Put, None) => {
-            let created_at_ms = clock::now_ms();
-            // Registered here first so a concurrent PUT of the same id sees it.
-            let entry = Bucket {
-                created_at_ms,
-                frozen: false,
-            };
-            shard.buckets.borrow_mut().insert(bucket.to_string(), entry);
-            let make = |ack| MeshMsg::BucketCreated {
-                bucket: bucket.to_string(),
-                created_at_ms,
-                ack,
-            };
-            if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
-                return storage_unavailable("the bucket could not be logged on every shard");
-            }
-            buckets::json_reply(
-                201,
-                &serde_json::json!({ "bucket_id": bucket, "created_at_ms": created_at_ms }),
-            )
-        }
+        (Method::Put, None) => create_bucket(shard, bucket).await,
         (Method::Get | Method::Head, Some(created_at_ms)) => {
             let count = gather_streams(shard, bucket, "").await.len();
             buckets::bucket_metadata(bucket, created_at_ms, count)
@@ -239,6 +240,46 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
         )
         .header("allow", "GET, HEAD, PUT, DELETE, OPTIONS"),
     }
+}
+
+/// PUT of a new bucket (extensions §1.2): logged on every shard before it
+/// is acknowledged; each shard registers it as its record commits, so no
+/// shard admits streams into a bucket that no log holds. A create that
+/// fails on some shard is taken back where it committed (as an empty
+/// bucket's delete), so a retry starts afresh; one that cannot be taken
+/// back (its log failing too, or a stream already in it) stays, and every
+/// shard learns it at the next start (the registry union, `startup`).
+async fn create_bucket(shard: &Shard, bucket: &str) -> Response {
+    if shard.bucket_creates.borrow().contains(bucket) {
+        return still_creating();
+    }
+    shard.bucket_creates.borrow_mut().insert(bucket.to_string());
+    let created_at_ms = clock::now_ms();
+    let make = |ack| MeshMsg::BucketCreated {
+        bucket: bucket.to_string(),
+        created_at_ms,
+        ack,
+    };
+    let created = replicate_everywhere(shard, make).await;
+    if created.is_err() {
+        let _ = delete_bucket(shard, bucket, false).await;
+    }
+    shard.bucket_creates.borrow_mut().remove(bucket);
+    match created {
+        Ok(()) => buckets::json_reply(
+            201,
+            &serde_json::json!({ "bucket_id": bucket, "created_at_ms": created_at_ms }),
+        ),
+        Err(reply) => reply,
+    }
+}
+
+/// A PUT that met another PUT of the same bucket still being logged.
+fn still_creating() -> Response {
+    crate::protocol::response::retry_soon(
+        "bucket_creating",
+        "the bucket is being created; retry shortly",
+    )
 }
 
 /// DELETE `/{bucket_id}` (extensions §1.5): freeze the bucket on every
@@ -265,8 +306,11 @@ async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Res
         bucket: bucket.to_string(),
         ack,
     };
-    if !shard.mesh.gather(make).await.into_iter().all(|ok| ok) {
-        return storage_unavailable("the bucket deletion could not be logged on every shard");
+    if let Err(reply) = replicate_everywhere(shard, make).await {
+        // Thawed wherever the delete did not commit, so the bucket takes
+        // streams and deletes again once the disk does.
+        shard.mesh.gather(freeze(false)).await;
+        return reply;
     }
     Response::new(204)
 }

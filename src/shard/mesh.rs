@@ -5,6 +5,7 @@
 
 use std::net::TcpStream as StdTcpStream;
 
+use super::commit::CommitError;
 use crate::protocol::buckets::StreamSummary;
 
 pub enum MeshMsg {
@@ -18,7 +19,7 @@ pub enum MeshMsg {
     BucketCreated {
         bucket: String,
         created_at_ms: u64,
-        ack: flume::Sender<bool>,
+        ack: flume::Sender<Result<(), CommitError>>,
     },
     /// Freeze (or thaw) a bucket against stream creation and report how
     /// many streams of it this shard holds, in one step.
@@ -30,7 +31,7 @@ pub enum MeshMsg {
     /// Replicate a bucket deletion; acknowledge whether it committed.
     BucketDeleted {
         bucket: String,
-        ack: flume::Sender<bool>,
+        ack: flume::Sender<Result<(), CommitError>>,
     },
     /// Lend the stream `key` to a fork (PROTOCOL.md §4.2): its plan, then
     /// its inherited bytes, through `tx`.

@@ -27,7 +27,7 @@ pub mod store;
 pub mod writer;
 
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -49,6 +49,9 @@ pub struct Shard {
     pub mesh: Mesh,
     /// Replicated bucket registry: id -> creation time (extensions §1).
     pub buckets: RefCell<BTreeMap<String, buckets::Bucket>>,
+    /// Buckets this shard (their owner) is creating: a bucket enters the
+    /// registry only when its create commits, so a concurrent PUT waits here.
+    pub bucket_creates: RefCell<BTreeSet<String>>,
     pub stopping: Cell<bool>,
     pub stop: Rc<Signal>,
     pub commits: Commits,
@@ -104,6 +107,7 @@ impl Shard {
             waiters: Waiters::default(),
             mesh,
             buckets: RefCell::new(BTreeMap::new()),
+            bucket_creates: RefCell::new(BTreeSet::new()),
             stopping: Cell::new(false),
             stop: Rc::new(Signal::default()),
             commits: Commits::new(next_seq, segment_bytes),

@@ -47,8 +47,18 @@ pub(super) fn adopt_blob<'a>(
     Ok(pending)
 }
 
+/// A snapshot blob that could not be stored: 507 on a full disk, as a
+/// log write is answered (`CommitError`), else 503.
 fn unavailable(e: &std::io::Error) -> Response {
-    storage_unavailable(&format!("snapshot storage failed: {e}"))
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Response::error(
+            507,
+            "insufficient_storage",
+            &format!("the snapshot was not stored: {e}"),
+        )
+        .header("retry-after", "1"),
+        _ => storage_unavailable(&format!("snapshot storage failed: {e}")),
+    }
 }
 
 /// On a record-aware stream every snapshot answer carries its record
@@ -302,5 +312,19 @@ fn sweep(dir: &Path, table: &Table, pending: &std::collections::HashSet<PathBuf>
         if !live.contains(&name) && !pending.contains(&entry.path()) {
             let _ = std::fs::remove_file(entry.path());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_disk_is_507_and_other_faults_503() {
+        let full = unavailable(&std::io::Error::from_raw_os_error(libc::ENOSPC));
+        assert_eq!(full.status, 507);
+        assert!(String::from_utf8_lossy(&full.body).contains("insufficient_storage"));
+        let faulty = unavailable(&std::io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(faulty.status, 503);
     }
 }

@@ -102,8 +102,21 @@ impl Server {
     /// exits early, e.g. because the port was taken meanwhile.
     pub fn start(args: &[&str]) -> Server {
         let root = std::env::temp_dir().join(unique_name("rill-test"));
-        let data_dir = root.join("data");
-        fs::create_dir_all(&data_dir).expect("create temp data dir");
+        Self::start_rooted(root.clone(), root.join("data"), args)
+    }
+
+    /// `start` with the data dir at `data_dir` (on a filesystem of the
+    /// test's own, say), which the test removes; the stderr log stays in a
+    /// temp dir of its own.
+    pub fn start_in(data_dir: PathBuf, args: &[&str]) -> Server {
+        let root = std::env::temp_dir().join(unique_name("rill-test"));
+        Self::start_rooted(root, data_dir, args)
+    }
+
+    /// Starts with the stderr log in `root`, which is removed on drop.
+    fn start_rooted(root: PathBuf, data_dir: PathBuf, args: &[&str]) -> Server {
+        fs::create_dir_all(&root).expect("create temp dir");
+        fs::create_dir_all(&data_dir).expect("create data dir");
         let stderr_path = root.join("server.stderr.log");
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
 
