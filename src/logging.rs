@@ -131,6 +131,40 @@ macro_rules! error {
     ($($arg:tt)*) => { $crate::log_event!($crate::logging::Level::Error, $($arg)*) };
 }
 
+/// At most one line per `every` for an event that can repeat on every
+/// request (a write refused by a full disk): the rest are counted and the
+/// next line that passes says how many were left out.
+pub struct Throttle {
+    every: std::time::Duration,
+    last: Option<std::time::Instant>,
+    suppressed: u64,
+}
+
+impl Throttle {
+    pub fn new(every: std::time::Duration) -> Throttle {
+        Throttle {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+
+    /// `Some(lines left out since the last one)` when a line may go out
+    /// at `now`, else `None` (and it is counted).
+    pub fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < self.every => {
+                self.suppressed += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.suppressed))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,5 +187,17 @@ mod tests {
         assert_eq!(value("plain"), "plain");
         assert_eq!(value(""), "\"\"");
         assert_eq!(value("a \"b\"\\\nc\u{1}"), "\"a \\\"b\\\"\\\\\\nc\\u0001\"");
+    }
+
+    #[test]
+    fn a_throttle_lets_one_line_a_period_through_and_counts_the_rest() {
+        use std::time::{Duration, Instant};
+        let mut throttle = Throttle::new(Duration::from_secs(1));
+        let t0 = Instant::now();
+        assert_eq!(throttle.allow(t0), Some(0));
+        assert_eq!(throttle.allow(t0 + Duration::from_millis(10)), None);
+        assert_eq!(throttle.allow(t0 + Duration::from_millis(900)), None);
+        assert_eq!(throttle.allow(t0 + Duration::from_millis(1000)), Some(2));
+        assert_eq!(throttle.allow(t0 + Duration::from_millis(2500)), Some(0));
     }
 }

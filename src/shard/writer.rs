@@ -35,6 +35,8 @@ pub async fn run<S: Storage + 'static>(
 ) {
     shard.head_segment.set(appender.end().segment);
     let mut last_sync = Instant::now();
+    // A full disk fails every batch: a line a second, not one a batch.
+    let mut failures = crate::logging::Throttle::new(Duration::from_secs(1));
     loop {
         let seen = shard.commits.wake_writer.generation();
         let Some(batch) = shard
@@ -63,10 +65,13 @@ pub async fn run<S: Storage + 'static>(
                 shard.on_committed(batch.last_seq, (landed.segment, landed.pos), sync_now);
             }
             Err(e) => {
-                crate::error!(
-                    shard = shard.index,
-                    "log write failed: {e}; uncommitted writes rolled back"
-                );
+                if let Some(left_out) = failures.allow(Instant::now()) {
+                    crate::error!(
+                        shard = shard.index,
+                        "log write failed: {e}; uncommitted writes rolled back \
+                         ({left_out} more failures since the last such line)"
+                    );
+                }
                 shard.metrics.add(Counter::CommitFailures, 1);
                 shard.on_failed(&e);
             }
