@@ -162,16 +162,22 @@ fn fit(block: &[u64], bits: &mut Vec<u64>) -> Option<Head> {
         word: u32::try_from(bits.len()).ok()?,
         width: 0,
     };
-    let residuals = || (0..block.len()).map(|at| residual(&head, at, block[at]));
-    let low = residuals().min()?;
-    let spread = u64::try_from(residuals().max()? - low).ok()?;
+    // Each residual computed once (packing runs once per 1,024 appends
+    // and for every chunk recovery rebuilds).
+    let mut residuals = [0i128; BLOCK];
+    let (mut low, mut high) = (i128::MAX, i128::MIN);
+    for (at, &value) in block.iter().enumerate() {
+        let r = residual(&head, at, value);
+        (low, high) = (low.min(r), high.max(r));
+        residuals[at] = r;
+    }
+    let spread = u64::try_from(high - low).ok()?;
     head.low = i64::try_from(low).ok()?;
     head.width = (u64::BITS - spread.leading_zeros()) as u8;
     let from = bits.len();
     bits.resize(from + words(block.len(), head.width), 0);
-    for (at, &value) in block.iter().enumerate() {
-        let stored = residual(&head, at, value) - low;
-        write(&mut bits[from..], at, head.width, stored as u64);
+    for (at, &r) in residuals[..block.len()].iter().enumerate() {
+        write(&mut bits[from..], at, head.width, (r - low) as u64);
     }
     Some(head)
 }
