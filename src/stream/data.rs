@@ -302,6 +302,28 @@ impl StreamData {
     }
 
     /// The located extents whose bytes are in `segment`.
+    /// The extents in `segment` among the (at most) `count` from `from`
+    /// on, and where the next scan would begin (None when these were the
+    /// last): a scan a part at a time that stays right while retention
+    /// drops extents from the front. A position is an offset and how many
+    /// extents starting there come before it (empty appends share a start).
+    pub fn extents_in_segment_from(
+        &self,
+        segment: u64,
+        from: (u64, usize),
+        count: usize,
+    ) -> (Vec<Extent>, Option<(u64, usize)>) {
+        let first = self.extents.partition_point(|e| e.start < from.0) + from.1;
+        let first = first.min(self.extents.len());
+        let end = first.saturating_add(count).min(self.extents.len());
+        let found = self.extents_at(first..end).filter(|e| e.segment == segment);
+        let next = self.extents.get(end).map(|next| {
+            let before = self.extents.partition_point(|e| e.start < next.start);
+            (next.start, end - before)
+        });
+        (found.collect(), next)
+    }
+
     pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = Extent> + '_ {
         self.extents_at(0..self.extents.len())
             .filter(move |e| e.segment == segment)
@@ -463,6 +485,14 @@ mod tests {
         }
         let in_three: Vec<Extent> = model.iter().filter(|e| e.segment == 3).copied().collect();
         assert_eq!(d.extents_in_segment(3).collect::<Vec<_>>(), in_three);
+        // A part at a time, from offsets, finds the same.
+        let (mut parts, mut from) = (Vec::new(), Some((0, 0)));
+        while let Some(at) = from {
+            let (found, next) = d.extents_in_segment_from(3, at, 333);
+            parts.extend(found);
+            from = next;
+        }
+        assert_eq!(parts, in_three);
         let (mut live, mut expected) = (HashMap::new(), HashMap::new());
         d.count_live_range(10..2000, &mut live);
         model[10..2000]
