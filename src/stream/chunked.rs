@@ -503,3 +503,7 @@ mod tests {
         assert_eq!(a, b);
     }
 }
+
+#[cfg(test)]
+#[path = "chunked_prop.rs"]
+pub(crate) mod prop;

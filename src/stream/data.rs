@@ -541,3 +541,7 @@ mod tests {
         assert_eq!((d.tail(), d.cache_start()), (3, 0));
     }
 }
+
+#[cfg(test)]
+#[path = "data_prop.rs"]
+mod prop;
