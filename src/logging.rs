@@ -90,9 +90,12 @@ pub fn event(level: Level, shard: Option<usize>, msg: &str) {
 /// journal) must not panic the shard that logs it, as `eprintln!` would.
 fn emit(line: &str) {
     use std::io::Write;
-    let mut stderr = std::io::stderr().lock();
-    let _ = stderr.write_all(line.as_bytes());
-    let _ = stderr.write_all(b"\n");
+    // One write, so lines of other writers to the same pipe cannot land
+    // between a line and its newline.
+    let mut whole = String::with_capacity(line.len() + 1);
+    whole.push_str(line);
+    whole.push('\n');
+    let _ = std::io::stderr().lock().write_all(whole.as_bytes());
 }
 
 /// Writes one access-log line.

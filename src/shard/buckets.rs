@@ -219,6 +219,11 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
         settle(shard, bucket).await;
         let creating = || shard.bucket_creates.borrow().contains(bucket);
         wait_while(shard, creating).await;
+        // A create still being logged (a stalled disk): neither a second
+        // create nor a delete may run beside it.
+        if creating() {
+            return still_creating();
+        }
     }
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
@@ -250,9 +255,6 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
 /// back (its log failing too, or a stream already in it) stays, and every
 /// shard learns it at the next start (the registry union, `startup`).
 async fn create_bucket(shard: &Shard, bucket: &str) -> Response {
-    if shard.bucket_creates.borrow().contains(bucket) {
-        return still_creating();
-    }
     shard.bucket_creates.borrow_mut().insert(bucket.to_string());
     let created_at_ms = clock::now_ms();
     let make = |ack| MeshMsg::BucketCreated {

@@ -25,6 +25,11 @@ use crate::protocol::Response;
 use crate::stream::codec::{self, Entry};
 use crate::stream::table::{Applied, Undo};
 
+/// Whether `e` says the disk (or the user's quota on it) is full: 507.
+pub fn out_of_space(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
 /// Why a commit failed, as the client will be told.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitError {
@@ -37,7 +42,7 @@ pub struct CommitError {
 impl CommitError {
     pub fn from_io(e: &io::Error) -> CommitError {
         CommitError {
-            no_space: e.raw_os_error() == Some(libc::ENOSPC),
+            no_space: out_of_space(e),
             too_large: false,
             message: e.to_string(),
         }

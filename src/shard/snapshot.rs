@@ -50,14 +50,14 @@ pub(super) fn adopt_blob<'a>(
 /// A snapshot blob that could not be stored: 507 on a full disk, as a
 /// log write is answered (`CommitError`), else 503.
 fn unavailable(e: &std::io::Error) -> Response {
-    match e.raw_os_error() {
-        Some(libc::ENOSPC) => Response::error(
+    match super::commit::out_of_space(e) {
+        true => Response::error(
             507,
             "insufficient_storage",
             &format!("the snapshot was not stored: {e}"),
         )
         .header("retry-after", "1"),
-        _ => storage_unavailable(&format!("snapshot storage failed: {e}")),
+        false => storage_unavailable(&format!("snapshot storage failed: {e}")),
     }
 }
 
@@ -324,6 +324,8 @@ mod tests {
         let full = unavailable(&std::io::Error::from_raw_os_error(libc::ENOSPC));
         assert_eq!(full.status, 507);
         assert!(String::from_utf8_lossy(&full.body).contains("insufficient_storage"));
+        let quota = unavailable(&std::io::Error::from_raw_os_error(libc::EDQUOT));
+        assert_eq!(quota.status, 507);
         let faulty = unavailable(&std::io::Error::from_raw_os_error(libc::EIO));
         assert_eq!(faulty.status, 503);
     }

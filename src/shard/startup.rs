@@ -157,7 +157,8 @@ pub async fn start(
         }
     };
     let _ = startup.report.send((index, Ok(registry.clone())));
-    // Blocking is fine here: nothing else runs on this shard yet.
+    // Blocking is fine here: no request is served yet, and the log's
+    // background segment preparation (just spawned) can wait for it.
     let union = startup.union.recv().ok().flatten()?;
     table.publish_all();
     table.set_index_budget(config.max_index_bytes / config.cores as u64);
