@@ -276,7 +276,7 @@ async fn create_bucket(shard: &Shard, bucket: &str) -> Response {
     }
 }
 
-/// A PUT that met another PUT of the same bucket still being logged.
+/// A PUT or DELETE that met a create of the same bucket still being logged.
 fn still_creating() -> Response {
     crate::protocol::response::retry_soon(
         "bucket_creating",
