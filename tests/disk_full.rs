@@ -251,3 +251,89 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
     }
     drop(s);
 }
+
+/// The shard (`rill_appends_total{shard=..}`) each pad stream lives on.
+fn shards_of_pads(s: &Server) -> Vec<usize> {
+    let appends = |s: &Server| -> Vec<u64> {
+        let text = req(s.addr, "GET", "/v1/metrics", &[], b"").text();
+        (0..2)
+            .map(|shard| {
+                let name = format!("rill_appends_total{{shard=\"{shard}\"}} ");
+                let line = text.lines().find(|l| l.starts_with(&name)).unwrap();
+                line[name.len()..].trim().parse().unwrap()
+            })
+            .collect()
+    };
+    (0..PADS)
+        .map(|i| {
+            let before = appends(s);
+            let r = req(
+                s.addr,
+                "POST",
+                &pad(i),
+                &[("Content-Type", "text/plain")],
+                b"s",
+            );
+            assert_eq!(r.status, 204);
+            let after = appends(s);
+            (0..2)
+                .find(|&k| after[k] > before[k])
+                .expect("an append counted")
+        })
+        .collect()
+}
+
+/// A bucket create that only one shard could log (the other's segment full,
+/// no room for a new one) is taken back there: the bucket is nowhere, and
+/// once space is back it is created afresh.
+#[test]
+fn a_create_logged_on_one_shard_only_is_taken_back() {
+    let Some(disk) = SmallDisk::new(64) else {
+        return;
+    };
+    let s = Server::start_in(disk.mount.join("data"), SERVE_ARGS);
+    for i in 0..PADS {
+        let r = req(
+            s.addr,
+            "PUT",
+            &pad(i),
+            &[("Content-Type", "text/plain")],
+            b"",
+        );
+        assert_eq!(r.status, 201);
+    }
+    let shards = shards_of_pads(&s);
+    assert!(shards.contains(&0) && shards.contains(&1), "{shards:?}");
+    disk.fill_leaving(MIB);
+    // Fill shard 0's open segment only: its pads refuse even one byte.
+    let text = [("Content-Type", "text/plain")];
+    for size in [64 << 10, 4 << 10, 256, 16, 1] {
+        let body = vec![b'p'; size];
+        for _ in 0..200 {
+            let refused = (0..PADS)
+                .filter(|&i| shards[i] == 0)
+                .filter(|&i| req(s.addr, "POST", &pad(i), &text, &body).status == 507)
+                .count();
+            if refused == shards.iter().filter(|&&k| k == 0).count() {
+                break;
+            }
+        }
+    }
+    let one = (0..PADS).find(|&i| shards[i] == 1).unwrap();
+    assert_eq!(req(s.addr, "POST", &pad(one), &text, b"p").status, 204);
+
+    let ghost = format!("/{GHOST}");
+    assert_insufficient(&req(s.addr, "PUT", &ghost, &[], b""));
+    assert_eq!(req(s.addr, "GET", &ghost, &[], b"").status, 404);
+    for i in 0..8 {
+        let stream = format!("{ghost}/s{i}");
+        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 404, "s{i}");
+    }
+    disk.free_the_filler();
+    assert_eq!(req(s.addr, "PUT", &ghost, &[], b"").status, 201);
+    for i in 0..8 {
+        let stream = format!("{ghost}/s{i}");
+        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 201, "s{i}");
+    }
+    drop(s);
+}

@@ -134,10 +134,15 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
             frozen,
             reply,
         } => {
-            if let Some(entry) = shard.buckets.borrow_mut().get_mut(&bucket) {
-                entry.frozen = frozen;
-            }
-            let _ = reply.send(live_streams(shard, &bucket));
+            let registered = match shard.buckets.borrow_mut().get_mut(&bucket) {
+                Some(entry) => {
+                    entry.frozen = frozen;
+                    true
+                }
+                None => false,
+            };
+            let streams = live_streams(shard, &bucket);
+            let _ = reply.send(registered.then_some(streams));
         }
         MeshMsg::BucketDeleted { bucket, ack } => {
             replicate(shard, Entry::BucketDelete { bucket }, ack);
@@ -251,20 +256,25 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
 /// is acknowledged; each shard registers it as its record commits, so no
 /// shard admits streams into a bucket that no log holds. A create that
 /// fails on some shard is taken back where it committed (as an empty
-/// bucket's delete), so a retry starts afresh; one that cannot be taken
-/// back (its log failing too, or a stream already in it) stays, and every
-/// shard learns it at the next start (the registry union, `startup`).
-async fn create_bucket(shard: &Shard, bucket: &str) -> Response {
+/// bucket's delete), so a retry starts afresh. One that cannot be taken
+/// back (its delete failing too, or a stream already in it) is completed
+/// instead, in the background until every shard has logged it, as the
+/// next start would (the registry union, `startup`); meanwhile requests
+/// naming the bucket wait or get 503 `bucket_creating`.
+async fn create_bucket(shard: &Rc<Shard>, bucket: &str) -> Response {
     shard.bucket_creates.borrow_mut().insert(bucket.to_string());
     let created_at_ms = clock::now_ms();
-    let make = |ack| MeshMsg::BucketCreated {
-        bucket: bucket.to_string(),
-        created_at_ms,
-        ack,
-    };
-    let created = replicate_everywhere(shard, make).await;
+    let created = replicate_everywhere(shard, created_record(bucket, created_at_ms)).await;
     if created.is_err() {
         let _ = delete_bucket(shard, bucket, false).await;
+        if registered_anywhere(shard, bucket).await {
+            monoio::spawn(complete_create(
+                shard.clone(),
+                bucket.to_string(),
+                created_at_ms,
+            ));
+            return created.expect_err("the create failed");
+        }
     }
     shard.bucket_creates.borrow_mut().remove(bucket);
     match created {
@@ -274,6 +284,40 @@ async fn create_bucket(shard: &Shard, bucket: &str) -> Response {
         ),
         Err(reply) => reply,
     }
+}
+
+fn created_record(
+    bucket: &str,
+    created_at_ms: u64,
+) -> impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg {
+    move |ack| MeshMsg::BucketCreated {
+        bucket: bucket.to_string(),
+        created_at_ms,
+        ack,
+    }
+}
+
+/// Whether some shard's registry holds `bucket` (thawing it there).
+async fn registered_anywhere(shard: &Shard, bucket: &str) -> bool {
+    let thaw = |reply| MeshMsg::BucketFreeze {
+        bucket: bucket.to_string(),
+        frozen: false,
+        reply,
+    };
+    shard.mesh.gather(thaw).await.iter().any(Option::is_some)
+}
+
+/// Logs the create of `bucket` on every shard, retrying each second until
+/// all have it (or the shard stops), then lets requests naming it through.
+async fn complete_create(shard: Rc<Shard>, bucket: String, created_at_ms: u64) {
+    while !shard.stopping.get() {
+        monoio::time::sleep(Duration::from_secs(1)).await;
+        let record = created_record(&bucket, created_at_ms);
+        if replicate_everywhere(&shard, record).await.is_ok() {
+            break;
+        }
+    }
+    shard.bucket_creates.borrow_mut().remove(&bucket);
 }
 
 /// A PUT or DELETE that met a create of the same bucket still being logged.
@@ -299,7 +343,13 @@ async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Res
             reply,
         }
     };
-    let streams: usize = shard.mesh.gather(freeze(true)).await.into_iter().sum();
+    let streams: usize = shard
+        .mesh
+        .gather(freeze(true))
+        .await
+        .into_iter()
+        .flatten()
+        .sum();
     if streams > 0 {
         shard.mesh.gather(freeze(false)).await;
         return conflict("bucket_not_empty", "bucket still has streams");

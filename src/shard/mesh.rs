@@ -22,11 +22,12 @@ pub enum MeshMsg {
         ack: flume::Sender<Result<(), CommitError>>,
     },
     /// Freeze (or thaw) a bucket against stream creation and report how
-    /// many streams of it this shard holds, in one step.
+    /// many streams of it this shard holds, in one step (None when the
+    /// bucket is not in this shard's registry).
     BucketFreeze {
         bucket: String,
         frozen: bool,
-        reply: flume::Sender<usize>,
+        reply: flume::Sender<Option<usize>>,
     },
     /// Replicate a bucket deletion; acknowledge whether it committed.
     BucketDeleted {
