@@ -100,15 +100,17 @@ fn replicate(shard: &Rc<Shard>, entry: Entry, ack: flume::Sender<Result<(), Comm
 }
 
 /// Sends `make`'s registry change to every shard and waits for all to log
-/// it: the first failure, as the client will be told (507 on a full disk).
-async fn replicate_everywhere(
+/// it: how many did, and the first failure as the client will be told
+/// (507 on a full disk).
+async fn replicate_to_all(
     shard: &Shard,
     make: impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg,
-) -> Result<(), Response> {
+) -> (usize, Result<(), Response>) {
     let acks = shard.mesh.gather(make).await;
+    let committed = acks.iter().filter(|ack| ack.is_ok()).count();
     match acks.into_iter().find_map(Result::err) {
-        Some(error) => Err(error.response()),
-        None => Ok(()),
+        Some(error) => (committed, Err(error.response())),
+        None => (committed, Ok(())),
     }
 }
 
@@ -222,12 +224,12 @@ fn registry_full(shard: &Shard) -> bool {
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
     if matches!(head.method, Method::Put | Method::Delete) {
         settle(shard, bucket).await;
-        let creating = || shard.bucket_creates.borrow().contains(bucket);
-        wait_while(shard, creating).await;
-        // A create still being logged (a stalled disk): neither a second
-        // create nor a delete may run beside it.
-        if creating() {
-            return still_creating();
+        let changing = || shard.bucket_changes.borrow().contains(bucket);
+        wait_while(shard, changing).await;
+        // A create or delete still being logged (a stalled or full disk):
+        // no other create or delete may run beside it.
+        if changing() {
+            return busy();
         }
     }
     let existing = shard.buckets.borrow().get(bucket).copied();
@@ -255,35 +257,44 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
 /// PUT of a new bucket (extensions §1.2): logged on every shard before it
 /// is acknowledged; each shard registers it as its record commits, so no
 /// shard admits streams into a bucket that no log holds. A create that
-/// fails on some shard is taken back where it committed (as an empty
-/// bucket's delete), so a retry starts afresh. One that cannot be taken
-/// back (its delete failing too, or a stream already in it) is completed
-/// instead, in the background until every shard has logged it, as the
-/// next start would (the registry union, `startup`); meanwhile requests
-/// naming the bucket wait or get 503 `bucket_creating`.
+/// fails on some shard is taken back (as an empty bucket's delete), so a
+/// retry starts afresh. When it cannot be taken back at once, the delete
+/// (or, with a stream already in the bucket, the create) is completed in
+/// the background until every shard has logged it, so the shards agree as
+/// the next start would make them; requests naming the bucket wait or get
+/// 503 `bucket_busy` meanwhile.
 async fn create_bucket(shard: &Rc<Shard>, bucket: &str) -> Response {
-    shard.bucket_creates.borrow_mut().insert(bucket.to_string());
+    shard.bucket_changes.borrow_mut().insert(bucket.to_string());
     let created_at_ms = clock::now_ms();
-    let created = replicate_everywhere(shard, created_record(bucket, created_at_ms)).await;
-    if created.is_err() {
-        let _ = delete_bucket(shard, bucket, false).await;
-        if registered_anywhere(shard, bucket).await {
-            monoio::spawn(complete_create(
-                shard.clone(),
-                bucket.to_string(),
-                created_at_ms,
-            ));
-            return created.expect_err("the create failed");
-        }
-    }
-    shard.bucket_creates.borrow_mut().remove(bucket);
-    match created {
+    let (_, created) = replicate_to_all(shard, created_record(bucket, created_at_ms)).await;
+    let reply = match created {
         Ok(()) => buckets::json_reply(
             201,
             &serde_json::json!({ "bucket_id": bucket, "created_at_ms": created_at_ms }),
         ),
         Err(reply) => reply,
+    };
+    if reply.status == 201 {
+        shard.bucket_changes.borrow_mut().remove(bucket);
+        return reply;
     }
+    match delete_everywhere(shard, bucket).await {
+        Deletion::Deleted => {
+            shard.bucket_changes.borrow_mut().remove(bucket);
+        }
+        Deletion::NotEmpty => {
+            let completion = complete_create(shard.clone(), bucket.to_string(), created_at_ms);
+            monoio::spawn(completion);
+        }
+        Deletion::Failed { committed, .. } => {
+            if committed || registered_anywhere(shard, bucket).await {
+                monoio::spawn(complete_delete(shard.clone(), bucket.to_string()));
+            } else {
+                shard.bucket_changes.borrow_mut().remove(bucket);
+            }
+        }
+    }
+    reply
 }
 
 fn created_record(
@@ -297,14 +308,25 @@ fn created_record(
     }
 }
 
-/// Whether some shard's registry holds `bucket` (thawing it there).
-async fn registered_anywhere(shard: &Shard, bucket: &str) -> bool {
-    let thaw = |reply| MeshMsg::BucketFreeze {
+fn deleted_record(bucket: &str) -> impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg {
+    move |ack| MeshMsg::BucketDeleted {
         bucket: bucket.to_string(),
-        frozen: false,
+        ack,
+    }
+}
+
+fn freeze(bucket: &str, frozen: bool) -> impl Fn(flume::Sender<Option<usize>>) -> MeshMsg {
+    move |reply| MeshMsg::BucketFreeze {
+        bucket: bucket.to_string(),
+        frozen,
         reply,
-    };
-    shard.mesh.gather(thaw).await.iter().any(Option::is_some)
+    }
+}
+
+/// Whether some shard's registry holds `bucket` (left frozen there).
+async fn registered_anywhere(shard: &Shard, bucket: &str) -> bool {
+    let replies = shard.mesh.gather(freeze(bucket, true)).await;
+    replies.iter().any(Option::is_some)
 }
 
 /// Logs the create of `bucket` on every shard, retrying each second until
@@ -313,58 +335,91 @@ async fn complete_create(shard: Rc<Shard>, bucket: String, created_at_ms: u64) {
     while !shard.stopping.get() {
         monoio::time::sleep(Duration::from_secs(1)).await;
         let record = created_record(&bucket, created_at_ms);
-        if replicate_everywhere(&shard, record).await.is_ok() {
+        if replicate_to_all(&shard, record).await.1.is_ok() {
             break;
         }
     }
-    shard.bucket_creates.borrow_mut().remove(&bucket);
+    shard.bucket_changes.borrow_mut().remove(&bucket);
 }
 
-/// A PUT or DELETE that met a create of the same bucket still being logged.
-fn still_creating() -> Response {
+/// Logs the delete of the (empty, frozen) `bucket` on every shard, retrying
+/// each second until all have it (or the shard stops).
+async fn complete_delete(shard: Rc<Shard>, bucket: String) {
+    while !shard.stopping.get() {
+        monoio::time::sleep(Duration::from_secs(1)).await;
+        if replicate_to_all(&shard, deleted_record(&bucket))
+            .await
+            .1
+            .is_ok()
+        {
+            break;
+        }
+    }
+    shard.bucket_changes.borrow_mut().remove(&bucket);
+}
+
+/// A PUT or DELETE that met a create or delete of the same bucket still
+/// being logged.
+fn busy() -> Response {
     crate::protocol::response::retry_soon(
-        "bucket_creating",
-        "the bucket is being created; retry shortly",
+        "bucket_busy",
+        "a create or delete of this bucket is still being logged; retry shortly",
     )
 }
 
-/// DELETE `/{bucket_id}` (extensions §1.5): freeze the bucket on every
-/// shard (no stream create passes a frozen bucket) while counting its
-/// streams, then delete it if empty or thaw it if not. Freezing and counting
-/// happen in one step on each shard, so no create can slip in between.
-async fn delete_bucket(shard: &Shard, bucket: &str, already_frozen: bool) -> Response {
+/// How a delete of a bucket on every shard went.
+enum Deletion {
+    Deleted,
+    /// Some shard holds a stream of it: thawed everywhere.
+    NotEmpty,
+    /// Some shard could not log it (left frozen where it is registered);
+    /// `committed` when some shard did.
+    Failed {
+        reply: Response,
+        committed: bool,
+    },
+}
+
+/// Freezes `bucket` on every shard (no stream create passes a frozen
+/// bucket) while counting its streams, then logs its delete everywhere if
+/// it is empty. Freezing and counting happen in one step on each shard, so
+/// no create can slip in between.
+async fn delete_everywhere(shard: &Shard, bucket: &str) -> Deletion {
+    let counts = shard.mesh.gather(freeze(bucket, true)).await;
+    if counts.into_iter().flatten().sum::<usize>() > 0 {
+        shard.mesh.gather(freeze(bucket, false)).await;
+        return Deletion::NotEmpty;
+    }
+    match replicate_to_all(shard, deleted_record(bucket)).await {
+        (_, Ok(())) => Deletion::Deleted,
+        (committed, Err(reply)) => Deletion::Failed {
+            reply,
+            committed: committed > 0,
+        },
+    }
+}
+
+/// DELETE `/{bucket_id}` (extensions §1.5): 204 once every shard logged
+/// it, 409 while it holds streams. A delete no shard could log thaws the
+/// bucket, so it takes streams and deletes again once the disk does; one
+/// that some shards logged is completed in the background.
+async fn delete_bucket(shard: &Rc<Shard>, bucket: &str, already_frozen: bool) -> Response {
     if already_frozen {
         return still_deleting();
     }
-    let freeze = |frozen: bool| {
-        move |reply| MeshMsg::BucketFreeze {
-            bucket: bucket.to_string(),
-            frozen,
-            reply,
+    match delete_everywhere(shard, bucket).await {
+        Deletion::Deleted => Response::new(204),
+        Deletion::NotEmpty => conflict("bucket_not_empty", "bucket still has streams"),
+        Deletion::Failed { reply, committed } => {
+            if committed {
+                shard.bucket_changes.borrow_mut().insert(bucket.to_string());
+                monoio::spawn(complete_delete(shard.clone(), bucket.to_string()));
+            } else {
+                shard.mesh.gather(freeze(bucket, false)).await;
+            }
+            reply
         }
-    };
-    let streams: usize = shard
-        .mesh
-        .gather(freeze(true))
-        .await
-        .into_iter()
-        .flatten()
-        .sum();
-    if streams > 0 {
-        shard.mesh.gather(freeze(false)).await;
-        return conflict("bucket_not_empty", "bucket still has streams");
     }
-    let make = |ack| MeshMsg::BucketDeleted {
-        bucket: bucket.to_string(),
-        ack,
-    };
-    if let Err(reply) = replicate_everywhere(shard, make).await {
-        // Thawed wherever the delete did not commit, so the bucket takes
-        // streams and deletes again once the disk does.
-        shard.mesh.gather(freeze(false)).await;
-        return reply;
-    }
-    Response::new(204)
 }
 
 /// GET `/{bucket_id}/streams` (extensions §1.4).

@@ -49,9 +49,10 @@ pub struct Shard {
     pub mesh: Mesh,
     /// Replicated bucket registry: id -> creation time (extensions §1).
     pub buckets: RefCell<BTreeMap<String, buckets::Bucket>>,
-    /// Buckets this shard (their owner) is creating: a bucket enters the
-    /// registry only when its create commits, so a concurrent PUT waits here.
-    pub bucket_creates: RefCell<BTreeSet<String>>,
+    /// Buckets this shard (their owner) is creating or deleting: a bucket
+    /// enters the registry only when its create commits, so a concurrent
+    /// PUT or DELETE waits here.
+    pub bucket_changes: RefCell<BTreeSet<String>>,
     pub stopping: Cell<bool>,
     pub stop: Rc<Signal>,
     pub commits: Commits,
@@ -107,7 +108,7 @@ impl Shard {
             waiters: Waiters::default(),
             mesh,
             buckets: RefCell::new(BTreeMap::new()),
-            bucket_creates: RefCell::new(BTreeSet::new()),
+            bucket_changes: RefCell::new(BTreeSet::new()),
             stopping: Cell::new(false),
             stop: Rc::new(Signal::default()),
             commits: Commits::new(next_seq, segment_bytes),
