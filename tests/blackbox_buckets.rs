@@ -761,3 +761,27 @@ fn a_fork_racing_its_buckets_delete_never_outlives_it() {
         }
     }
 }
+
+/// Concurrent DELETEs of one empty bucket (extensions §1.5): one deletes it
+/// (204), the others find it gone (404); two used to both answer 204.
+#[test]
+fn concurrent_deletes_of_a_bucket_delete_it_once() {
+    let s = start();
+    for round in 0..20 {
+        let bucket = format!("race-{round}");
+        put_bucket(&s, &bucket);
+        let path = format!("/{bucket}");
+        let statuses: Vec<u16> = std::thread::scope(|scope| {
+            let deletes: Vec<_> = (0..4)
+                .map(|_| scope.spawn(|| req(s.addr, "DELETE", &path, &[], b"").status))
+                .collect();
+            deletes.into_iter().map(|d| d.join().unwrap()).collect()
+        });
+        let deleted = statuses.iter().filter(|&&st| st == 204).count();
+        assert_eq!(deleted, 1, "round {round}: {statuses:?}");
+        assert!(
+            statuses.iter().all(|&st| st == 204 || st == 404),
+            "{statuses:?}"
+        );
+    }
+}

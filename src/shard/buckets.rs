@@ -407,19 +407,25 @@ async fn delete_bucket(shard: &Rc<Shard>, bucket: &str, already_frozen: bool) ->
     if already_frozen {
         return still_deleting();
     }
-    match delete_everywhere(shard, bucket).await {
+    // Marked before the first await: a concurrent PUT or DELETE of the
+    // same bucket (all come to this shard, its owner) waits for this one
+    // and then sees its outcome (two DELETEs both got 204).
+    shard.bucket_changes.borrow_mut().insert(bucket.to_string());
+    let reply = match delete_everywhere(shard, bucket).await {
         Deletion::Deleted => Response::new(204),
         Deletion::NotEmpty => conflict("bucket_not_empty", "bucket still has streams"),
         Deletion::Failed { reply, committed } => {
             if committed {
-                shard.bucket_changes.borrow_mut().insert(bucket.to_string());
+                // The completion keeps the mark until every shard logged it.
                 monoio::spawn(complete_delete(shard.clone(), bucket.to_string()));
-            } else {
-                shard.mesh.gather(freeze(bucket, false)).await;
+                return reply;
             }
+            shard.mesh.gather(freeze(bucket, false)).await;
             reply
         }
-    }
+    };
+    shard.bucket_changes.borrow_mut().remove(bucket);
+    reply
 }
 
 /// GET `/{bucket_id}/streams` (extensions §1.4).
