@@ -29,6 +29,7 @@ const SERVE_ARGS: &[&str] = &[
 const GHOST: &str = "ghost-bucket-whose-create-meets-a-full-disk-everywhere-01234567";
 const FROZEN: &str = "frozen-bucket-whose-delete-meets-a-full-disk-everywhere-01234567";
 const PADS: usize = 16;
+const TEXT: &[(&str, &str)] = &[("Content-Type", "text/plain")];
 
 /// An ext4 filesystem in a file, loop-mounted; unmounted and removed on drop.
 struct SmallDisk {
@@ -112,13 +113,7 @@ fn pad(i: usize) -> String {
 fn append_to_pads(s: &Server, body: &[u8], acked: &mut [Vec<u8>]) -> usize {
     let mut refused = 0;
     for (i, acked) in acked.iter_mut().enumerate() {
-        let r = req(
-            s.addr,
-            "POST",
-            &pad(i),
-            &[("Content-Type", "text/plain")],
-            body,
-        );
+        let r = req(s.addr, "POST", &pad(i), TEXT, body);
         match r.status {
             204 => acked.extend_from_slice(body),
             507 => {
@@ -178,13 +173,13 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
         return;
     };
     let mut s = Server::start_in(disk.mount.join("data"), SERVE_ARGS);
-    let text = [("Content-Type", "text/plain")];
+    let text = TEXT;
     assert_eq!(
         req(s.addr, "PUT", &format!("/{FROZEN}"), &[], b"").status,
         201
     );
     for i in 0..PADS {
-        assert_eq!(req(s.addr, "PUT", &pad(i), &text, b"").status, 201);
+        assert_eq!(req(s.addr, "PUT", &pad(i), text, b"").status, 201);
     }
     let mut acked = vec![Vec::new(); PADS];
     // Less than a segment left: no new segment can be made.
@@ -197,7 +192,7 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
     assert_eq!(req(s.addr, "GET", &ghost, &[], b"").status, 404);
     for i in 0..8 {
         let stream = format!("{ghost}/s{i}");
-        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 404);
+        assert_eq!(req(s.addr, "PUT", &stream, text, b"").status, 404);
     }
     // A refused bucket delete leaves the bucket as it was.
     assert_insufficient(&req(s.addr, "DELETE", &format!("/{FROZEN}"), &[], b""));
@@ -211,12 +206,12 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
     assert_eq!(req(s.addr, "PUT", &ghost, &[], b"").status, 201);
     for i in 0..8 {
         let stream = format!("{ghost}/s{i}");
-        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 201);
+        assert_eq!(req(s.addr, "PUT", &stream, text, b"").status, 201);
         let r = req(
             s.addr,
             "POST",
             &stream,
-            &text,
+            text,
             format!("acked-{i}").as_bytes(),
         );
         assert_eq!(r.status, 204);
@@ -267,13 +262,7 @@ fn shards_of_pads(s: &Server) -> Vec<usize> {
     (0..PADS)
         .map(|i| {
             let before = appends(s);
-            let r = req(
-                s.addr,
-                "POST",
-                &pad(i),
-                &[("Content-Type", "text/plain")],
-                b"s",
-            );
+            let r = req(s.addr, "POST", &pad(i), TEXT, b"s");
             assert_eq!(r.status, 204);
             let after = appends(s);
             (0..2)
@@ -297,26 +286,20 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
     let frozen = format!("/{FROZEN}");
     assert_eq!(req(s.addr, "PUT", &frozen, &[], b"").status, 201);
     for i in 0..PADS {
-        let r = req(
-            s.addr,
-            "PUT",
-            &pad(i),
-            &[("Content-Type", "text/plain")],
-            b"",
-        );
+        let r = req(s.addr, "PUT", &pad(i), TEXT, b"");
         assert_eq!(r.status, 201);
     }
     let shards = shards_of_pads(&s);
     assert!(shards.contains(&0) && shards.contains(&1), "{shards:?}");
     disk.fill_leaving(MIB);
     // Fill shard 0's open segment only: its pads refuse even one byte.
-    let text = [("Content-Type", "text/plain")];
+    let text = TEXT;
     for size in [64 << 10, 4 << 10, 256, 16, 1] {
         let body = vec![b'p'; size];
         for _ in 0..200 {
             let refused = (0..PADS)
                 .filter(|&i| shards[i] == 0)
-                .filter(|&i| req(s.addr, "POST", &pad(i), &text, &body).status == 507)
+                .filter(|&i| req(s.addr, "POST", &pad(i), text, &body).status == 507)
                 .count();
             if refused == shards.iter().filter(|&&k| k == 0).count() {
                 break;
@@ -324,14 +307,14 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
         }
     }
     let one = (0..PADS).find(|&i| shards[i] == 1).unwrap();
-    assert_eq!(req(s.addr, "POST", &pad(one), &text, b"p").status, 204);
+    assert_eq!(req(s.addr, "POST", &pad(one), text, b"p").status, 204);
 
     let ghost = format!("/{GHOST}");
     assert_insufficient(&req(s.addr, "PUT", &ghost, &[], b""));
     assert_eq!(req(s.addr, "GET", &ghost, &[], b"").status, 404);
     for i in 0..8 {
         let stream = format!("{ghost}/s{i}");
-        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 404, "s{i}");
+        assert_eq!(req(s.addr, "PUT", &stream, text, b"").status, 404, "s{i}");
     }
     assert_insufficient(&req(s.addr, "DELETE", &frozen, &[], b""));
 
@@ -339,7 +322,7 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
     assert_eq!(req(s.addr, "PUT", &ghost, &[], b"").status, 201);
     for i in 0..8 {
         let stream = format!("{ghost}/s{i}");
-        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 201, "s{i}");
+        assert_eq!(req(s.addr, "PUT", &stream, text, b"").status, 201, "s{i}");
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while req(s.addr, "GET", &frozen, &[], b"").status != 404 {
@@ -351,7 +334,7 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
     }
     for i in 0..8 {
         let stream = format!("{frozen}/t{i}");
-        assert_eq!(req(s.addr, "PUT", &stream, &text, b"").status, 404, "t{i}");
+        assert_eq!(req(s.addr, "PUT", &stream, text, b"").status, 404, "t{i}");
     }
     s.restart();
     assert_eq!(req(s.addr, "GET", &frozen, &[], b"").status, 404);
