@@ -108,6 +108,10 @@ async fn replicate_to_all(
 ) -> (usize, Result<(), Response>) {
     let acks = shard.mesh.gather(make).await;
     let committed = acks.iter().filter(|ack| ack.is_ok()).count();
+    // A shard that stopped gives no answer: not an acknowledgement.
+    if acks.len() < shard.mesh.len() {
+        return (committed, Err(shard_stopping()));
+    }
     match acks.into_iter().find_map(Result::err) {
         Some(error) => (committed, Err(error.response())),
         None => (committed, Ok(())),
@@ -223,6 +227,9 @@ fn registry_full(shard: &Shard) -> bool {
 /// PUT, GET and DELETE on `/{bucket_id}`.
 pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -> Response {
     if matches!(head.method, Method::Put | Method::Delete) {
+        if shard.stopping.get() {
+            return shard_stopping();
+        }
         settle(shard, bucket).await;
         let changing = || shard.bucket_changes.borrow().contains(bucket);
         wait_while(shard, changing).await;
@@ -358,6 +365,11 @@ async fn complete_delete(shard: Rc<Shard>, bucket: String) {
     shard.bucket_changes.borrow_mut().remove(&bucket);
 }
 
+/// A bucket change that some shard, stopping, did not answer.
+fn shard_stopping() -> Response {
+    crate::protocol::response::storage_unavailable("a shard is stopping")
+}
+
 /// A PUT or DELETE that met a create or delete of the same bucket still
 /// being logged.
 fn busy() -> Response {
@@ -386,6 +398,12 @@ enum Deletion {
 /// no create can slip in between.
 async fn delete_everywhere(shard: &Shard, bucket: &str) -> Deletion {
     let counts = shard.mesh.gather(freeze(bucket, true)).await;
+    if counts.len() < shard.mesh.len() {
+        // A shard that stopped did not count its streams.
+        shard.mesh.gather(freeze(bucket, false)).await;
+        let (reply, committed) = (shard_stopping(), false);
+        return Deletion::Failed { reply, committed };
+    }
     if counts.into_iter().flatten().sum::<usize>() > 0 {
         shard.mesh.gather(freeze(bucket, false)).await;
         return Deletion::NotEmpty;
