@@ -273,7 +273,8 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
 async fn create_bucket(shard: &Rc<Shard>, bucket: &str) -> Response {
     shard.bucket_changes.borrow_mut().insert(bucket.to_string());
     let created_at_ms = clock::now_ms();
-    let (_, created) = replicate_to_all(shard, created_record(bucket, created_at_ms)).await;
+    let create = Change::Create { created_at_ms };
+    let (_, created) = replicate_to_all(shard, change_record(bucket, create)).await;
     let reply = match created {
         Ok(()) => buckets::json_reply(
             201,
@@ -290,12 +291,11 @@ async fn create_bucket(shard: &Rc<Shard>, bucket: &str) -> Response {
             shard.bucket_changes.borrow_mut().remove(bucket);
         }
         Deletion::NotEmpty => {
-            let completion = complete_create(shard.clone(), bucket.to_string(), created_at_ms);
-            monoio::spawn(completion);
+            monoio::spawn(complete(shard.clone(), bucket.to_string(), create));
         }
         Deletion::Failed { committed, .. } => {
             if committed || registered_anywhere(shard, bucket).await {
-                monoio::spawn(complete_delete(shard.clone(), bucket.to_string()));
+                monoio::spawn(complete(shard.clone(), bucket.to_string(), Change::Delete));
             } else {
                 shard.bucket_changes.borrow_mut().remove(bucket);
             }
@@ -304,21 +304,28 @@ async fn create_bucket(shard: &Rc<Shard>, bucket: &str) -> Response {
     reply
 }
 
-fn created_record(
-    bucket: &str,
-    created_at_ms: u64,
-) -> impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg {
-    move |ack| MeshMsg::BucketCreated {
-        bucket: bucket.to_string(),
-        created_at_ms,
-        ack,
-    }
+/// A registry change to log on every shard.
+#[derive(Clone, Copy)]
+enum Change {
+    Create { created_at_ms: u64 },
+    Delete,
 }
 
-fn deleted_record(bucket: &str) -> impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg {
-    move |ack| MeshMsg::BucketDeleted {
-        bucket: bucket.to_string(),
-        ack,
+/// The mesh message that logs `change` of `bucket` on a shard.
+fn change_record(
+    bucket: &str,
+    change: Change,
+) -> impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg + '_ {
+    move |ack| match change {
+        Change::Create { created_at_ms } => MeshMsg::BucketCreated {
+            bucket: bucket.to_string(),
+            created_at_ms,
+            ack,
+        },
+        Change::Delete => MeshMsg::BucketDeleted {
+            bucket: bucket.to_string(),
+            ack,
+        },
     }
 }
 
@@ -336,29 +343,14 @@ async fn registered_anywhere(shard: &Shard, bucket: &str) -> bool {
     replies.iter().any(Option::is_some)
 }
 
-/// Logs the create of `bucket` on every shard, retrying each second until
-/// all have it (or the shard stops), then lets requests naming it through.
-async fn complete_create(shard: Rc<Shard>, bucket: String, created_at_ms: u64) {
+/// Logs `change` of `bucket` (a delete: of an empty, frozen bucket) on
+/// every shard, retrying each second until all have it (or the shard
+/// stops), then lets requests naming the bucket through.
+async fn complete(shard: Rc<Shard>, bucket: String, change: Change) {
     while !shard.stopping.get() {
         monoio::time::sleep(Duration::from_secs(1)).await;
-        let record = created_record(&bucket, created_at_ms);
-        if replicate_to_all(&shard, record).await.1.is_ok() {
-            break;
-        }
-    }
-    shard.bucket_changes.borrow_mut().remove(&bucket);
-}
-
-/// Logs the delete of the (empty, frozen) `bucket` on every shard, retrying
-/// each second until all have it (or the shard stops).
-async fn complete_delete(shard: Rc<Shard>, bucket: String) {
-    while !shard.stopping.get() {
-        monoio::time::sleep(Duration::from_secs(1)).await;
-        if replicate_to_all(&shard, deleted_record(&bucket))
-            .await
-            .1
-            .is_ok()
-        {
+        let (_, logged) = replicate_to_all(&shard, change_record(&bucket, change)).await;
+        if logged.is_ok() {
             break;
         }
     }
@@ -408,7 +400,7 @@ async fn delete_everywhere(shard: &Shard, bucket: &str) -> Deletion {
         shard.mesh.gather(freeze(bucket, false)).await;
         return Deletion::NotEmpty;
     }
-    match replicate_to_all(shard, deleted_record(bucket)).await {
+    match replicate_to_all(shard, change_record(bucket, Change::Delete)).await {
         (_, Ok(())) => Deletion::Deleted,
         (committed, Err(reply)) => Deletion::Failed {
             reply,
@@ -435,7 +427,7 @@ async fn delete_bucket(shard: &Rc<Shard>, bucket: &str, already_frozen: bool) ->
         Deletion::Failed { reply, committed } => {
             if committed {
                 // The completion keeps the mark until every shard logged it.
-                monoio::spawn(complete_delete(shard.clone(), bucket.to_string()));
+                monoio::spawn(complete(shard.clone(), bucket.to_string(), Change::Delete));
                 return reply;
             }
             shard.mesh.gather(freeze(bucket, false)).await;
