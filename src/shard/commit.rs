@@ -26,7 +26,7 @@ use crate::stream::codec::{self, Entry};
 use crate::stream::table::{Applied, Undo};
 
 /// Whether `e` says the disk (or the user's quota on it) is full: 507.
-pub fn out_of_space(e: &io::Error) -> bool {
+fn out_of_space(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
 }
 

@@ -12,7 +12,7 @@ use std::rc::Rc;
 
 use super::{Shard, blobs};
 use crate::http::parse::{Method, RequestHead};
-use crate::protocol::response::{not_found, storage_unavailable};
+use crate::protocol::response::not_found;
 use crate::protocol::snapshot::{self, Publish};
 use crate::protocol::{Request, Response, records};
 use crate::stream::{Command, Snapshot, Table};
@@ -47,18 +47,12 @@ pub(super) fn adopt_blob<'a>(
     Ok(pending)
 }
 
-/// A snapshot blob that could not be stored: 507 on a full disk, as a
-/// log write is answered (`CommitError`), else 503.
+/// A snapshot blob that could not be stored: the status a log write gets
+/// for the same error (`CommitError`: 507 on a full disk, else 503).
 fn unavailable(e: &std::io::Error) -> Response {
-    match super::commit::out_of_space(e) {
-        true => Response::error(
-            507,
-            "insufficient_storage",
-            &format!("the snapshot was not stored: {e}"),
-        )
-        .header("retry-after", "1"),
-        false => storage_unavailable(&format!("snapshot storage failed: {e}")),
-    }
+    let (status, code) = super::commit::CommitError::from_io(e).status();
+    Response::error(status, code, &format!("the snapshot was not stored: {e}"))
+        .header("retry-after", "1")
 }
 
 /// On a record-aware stream every snapshot answer carries its record
