@@ -324,6 +324,10 @@ impl StreamData {
         (found.collect(), next)
     }
 
+    /// Every located extent in `segment` in one pass: the model the tests
+    /// check `extents_in_segment_from`'s parts against (the cleaner scans
+    /// a part at a time).
+    #[cfg(test)]
     pub fn extents_in_segment(&self, segment: u64) -> impl Iterator<Item = Extent> + '_ {
         self.extents_at(0..self.extents.len())
             .filter(move |e| e.segment == segment)
