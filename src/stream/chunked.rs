@@ -81,11 +81,8 @@ impl<T: Pack> Chunk<T> {
 
     /// The entries as a plain vector, to change them freely.
     fn unpacked(&mut self) -> &mut Vec<T> {
-        if let Chunk::Packed(packed) = self {
-            let values = (0..T::packed_len(packed))
-                .map(|i| T::packed_get(packed, i))
-                .collect();
-            *self = Chunk::Plain(values);
+        if let Chunk::Packed(_) = self {
+            *self = Chunk::Plain(self.slice(0, self.len()));
         }
         match self {
             Chunk::Plain(values) => values,
