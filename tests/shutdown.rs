@@ -230,3 +230,36 @@ fn a_reader_that_stops_reading_does_not_hold_up_the_shutdown() {
     );
     drop(stalled);
 }
+
+/// A request that arrives after one shard already stopped but needs every
+/// shard's answer (a metrics scrape gathers from all) is answered in full:
+/// a stopped shard keeps answering the mesh until every shard stopped. It
+/// once waited until the shutdown timeout and the process exited 1.
+#[test]
+fn a_request_gathering_from_a_stopped_shard_is_answered() {
+    let mut s = Server::start(&["--cores", "2", "--shutdown-timeout-ms", "20000"]);
+    let mut late = TcpStream::connect(s.addr).unwrap();
+    late.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    // Half a body: its shard waits for the rest; the other one stops.
+    late.write_all(b"GET /v1/metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nab")
+        .unwrap();
+    thread::sleep(Duration::from_millis(300));
+    let stopping = Instant::now();
+    // SAFETY: kill(2) on our own child's pid with a plain signal number.
+    unsafe { libc::kill(s.pid() as i32, libc::SIGTERM) };
+    thread::sleep(Duration::from_millis(700));
+    late.write_all(b"cd").unwrap();
+    let reply = read_to_eof(&mut late, "the late scrape", Vec::new());
+    assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    for shard in ["shard=\"0\"", "shard=\"1\""] {
+        assert!(reply.contains(shard), "no {shard} in {reply}");
+    }
+    let code = s.signal_and_wait(0, Duration::from_secs(15));
+    assert_eq!(code, Some(0), "{}", s.stderr());
+    assert!(
+        stopping.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        stopping.elapsed()
+    );
+}

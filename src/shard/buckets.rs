@@ -107,11 +107,11 @@ async fn replicate_to_all(
     make: impl Fn(flume::Sender<Result<(), CommitError>>) -> MeshMsg,
 ) -> (usize, Result<(), Response>) {
     let acks = shard.mesh.gather(make).await;
-    let committed = acks.iter().filter(|ack| ack.is_ok()).count();
+    let committed = acks.replies.iter().filter(|ack| ack.is_ok()).count();
     // A shard that stopped gives no answer: not an acknowledgement.
-    if acks.len() < shard.mesh.len() {
+    let Some(acks) = acks.all() else {
         return (committed, Err(shard_stopping()));
-    }
+    };
     match acks.into_iter().find_map(Result::err) {
         Some(error) => (committed, Err(error.response())),
         None => (committed, Ok(())),
@@ -197,7 +197,13 @@ fn live_streams(shard: &Shard, bucket: &str) -> usize {
     live
 }
 
-async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
+/// The summaries of every shard's streams of `bucket` under `prefix`, or
+/// 503 when a stopped shard gave none (a partial listing would look whole).
+async fn gather_streams(
+    shard: &Shard,
+    bucket: &str,
+    prefix: &str,
+) -> Result<Vec<StreamSummary>, Response> {
     let replies = shard
         .mesh
         .gather(|reply| MeshMsg::ScanBucket {
@@ -206,7 +212,10 @@ async fn gather_streams(shard: &Shard, bucket: &str, prefix: &str) -> Vec<Stream
             reply,
         })
         .await;
-    replies.into_iter().flatten().collect()
+    match replies.all() {
+        Some(replies) => Ok(replies.into_iter().flatten().collect()),
+        None => Err(shard_stopping()),
+    }
 }
 
 /// What a bucket takes in every shard's registry (its entry, its id aside).
@@ -245,8 +254,10 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
         (Method::Put, None) if registry_full(shard) => crate::protocol::response::index_full(),
         (Method::Put, None) => create_bucket(shard, bucket).await,
         (Method::Get | Method::Head, Some(created_at_ms)) => {
-            let count = gather_streams(shard, bucket, "").await.len();
-            buckets::bucket_metadata(bucket, created_at_ms, count)
+            match gather_streams(shard, bucket, "").await {
+                Ok(streams) => buckets::bucket_metadata(bucket, created_at_ms, streams.len()),
+                Err(reply) => reply,
+            }
         }
         (Method::Delete, Some(_)) => {
             delete_bucket(shard, bucket, existing.is_some_and(|b| b.frozen)).await
@@ -337,10 +348,11 @@ fn freeze(bucket: &str, frozen: bool) -> impl Fn(flume::Sender<Option<usize>>) -
     }
 }
 
-/// Whether some shard's registry holds `bucket` (left frozen there).
+/// Whether some shard's registry holds `bucket` (left frozen there), or
+/// may: a stopped shard did not answer.
 async fn registered_anywhere(shard: &Shard, bucket: &str) -> bool {
     let replies = shard.mesh.gather(freeze(bucket, true)).await;
-    replies.iter().any(Option::is_some)
+    !replies.complete || replies.replies.iter().any(Option::is_some)
 }
 
 /// Logs `change` of `bucket` (a delete: of an empty, frozen bucket) on
@@ -389,13 +401,12 @@ enum Deletion {
 /// it is empty. Freezing and counting happen in one step on each shard, so
 /// no create can slip in between.
 async fn delete_everywhere(shard: &Shard, bucket: &str) -> Deletion {
-    let counts = shard.mesh.gather(freeze(bucket, true)).await;
-    if counts.len() < shard.mesh.len() {
+    let Some(counts) = shard.mesh.gather(freeze(bucket, true)).await.all() else {
         // A shard that stopped did not count its streams.
         shard.mesh.gather(freeze(bucket, false)).await;
         let (reply, committed) = (shard_stopping(), false);
         return Deletion::Failed { reply, committed };
-    }
+    };
     if counts.into_iter().flatten().sum::<usize>() > 0 {
         shard.mesh.gather(freeze(bucket, false)).await;
         return Deletion::NotEmpty;
@@ -455,6 +466,8 @@ pub async fn list_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -
     if !shard.buckets.borrow().contains_key(bucket) {
         return not_found("bucket not found");
     }
-    let all = gather_streams(shard, bucket, &query.prefix).await;
-    buckets::list_page(bucket, &query, all)
+    match gather_streams(shard, bucket, &query.prefix).await {
+        Ok(all) => buckets::list_page(bucket, &query, all),
+        Err(reply) => reply,
+    }
 }

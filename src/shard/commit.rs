@@ -48,6 +48,15 @@ impl CommitError {
         }
     }
 
+    /// The shard's log is closed: it is stopping (503, retryable).
+    pub fn stopped() -> CommitError {
+        CommitError {
+            no_space: false,
+            too_large: false,
+            message: "the shard is stopping".to_string(),
+        }
+    }
+
     fn too_large(framed: usize, most: usize) -> CommitError {
         CommitError {
             no_space: false,
@@ -197,6 +206,9 @@ pub struct Commits {
     written_seq: Cell<u64>,
     synced_seq: Cell<u64>,
     acknowledged_seq: Cell<u64>,
+    /// Set once the writer has ended at shutdown: nothing queued would be
+    /// written, so nothing more is queued.
+    closed: Cell<bool>,
     pub wake_writer: Rc<Signal>,
 }
 
@@ -220,13 +232,18 @@ impl Commits {
             written_seq: Cell::new(next_seq - 1),
             synced_seq: Cell::new(next_seq - 1),
             acknowledged_seq: Cell::new(next_seq - 1),
+            closed: Cell::new(false),
             wake_writer: Rc::new(Signal::default()),
         }
     }
 
     /// Queues the record of `entry`; `track` must follow with its effect.
-    /// A record no segment could hold is refused, and nothing is queued.
+    /// A record no segment could hold is refused, and nothing is queued;
+    /// so is every record once the log is closed.
     pub fn enqueue(&self, entry: &Entry) -> Result<Queued, CommitError> {
+        if self.closed.get() {
+            return Err(CommitError::stopped());
+        }
         let seq = self.next_seq.get();
         let mut queue = self.queue.borrow_mut();
         let start = queue.bytes.len();
@@ -405,6 +422,17 @@ impl Commits {
             });
         }
         done
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// The writer has ended: later records are refused. Returns what was
+    /// submitted and not written, as `failed` does, for the caller to undo.
+    pub fn close(&self) -> Vec<(Effect, Vec<Rc<Slot>>)> {
+        self.closed.set(true);
+        self.failed()
     }
 
     /// The batch failed: every uncommitted entry is taken back, newest

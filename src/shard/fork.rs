@@ -375,10 +375,12 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     else {
         return not_found("stream not found");
     };
+    // Unknown (a stopped shard did not say) counts as having forks: a soft
+    // delete is collected later, a hard one would strand the forks.
     let forks = count_forks(shard, id).await;
     let command = match shard.table.borrow().get(key) {
         Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
-        Some(s) if s.id == id && forks > 0 => Command::SoftDelete {
+        Some(s) if s.id == id && forks != Some(0) => Command::SoftDelete {
             key: key.to_string(),
             stream_id: id,
         },
@@ -395,12 +397,14 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     }
 }
 
-async fn count_forks(shard: &Shard, source_id: u64) -> usize {
+/// How many forks of `source_id` every shard holds; `None` when a
+/// stopped shard did not say (it may hold some).
+async fn count_forks(shard: &Shard, source_id: u64) -> Option<usize> {
     let counts = shard
         .mesh
         .gather(|reply| MeshMsg::ForkRefs { source_id, reply })
         .await;
-    counts.into_iter().sum()
+    Some(counts.all()?.into_iter().sum())
 }
 
 /// Deletes the soft-deleted `key` (incarnation `id`) once no fork of it is
@@ -414,7 +418,7 @@ pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
                 .get(&key)
                 .is_some_and(|s| s.id == id && s.soft_deleted)
         };
-        if !soft(&shard) || count_forks(&shard, id).await > 0 || !soft(&shard) {
+        if !soft(&shard) || count_forks(&shard, id).await != Some(0) || !soft(&shard) {
             return;
         }
         let command = Command::Delete {

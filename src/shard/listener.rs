@@ -150,9 +150,12 @@ pub fn run_shard(
             Err(e) => crate::error!(shard = index, "listener: {e}"),
         }
         drain(&shard, &conns, &finish, writer).await;
+        shard.close_log();
+        shard.mesh.closed_everywhere().await;
     });
     // Messages nobody will serve any more are dropped now, so a shard
     // waiting for their replies hears "no answer" instead of hanging.
+    // (Every shard has closed its log by now: none serves a client.)
     inbox.drain().for_each(drop);
 }
 
@@ -379,11 +382,20 @@ async fn drop_foreign_streams(shard: &Shard) {
 
 /// A connection over `--max-connections` (accepted here, or handed over
 /// with its request read): 503 with Retry-After, then close.
-async fn refuse(mut socket: monoio::net::TcpStream) {
-    let reply = crate::protocol::response::retry_soon(
+fn at_limit() -> crate::protocol::Response {
+    crate::protocol::response::retry_soon(
         "too_many_connections",
         "this server shard is at its connection limit; retry shortly",
-    );
+    )
+}
+
+/// A connection handed over after this shard closed its log at shutdown.
+fn stopped() -> crate::protocol::Response {
+    crate::protocol::response::retry_soon("shutting_down", "this server is stopping; retry shortly")
+}
+
+/// Answers `reply` (a 503 with Retry-After), then closes the connection.
+async fn refuse(mut socket: monoio::net::TcpStream, reply: crate::protocol::Response) {
     let mut out = Vec::new();
     crate::http::render::encode(
         &reply,
@@ -410,7 +422,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                     shard.metrics.add(crate::metrics::Counter::Accepted, 1);
                     let _ = socket.set_nodelay(true);
                     if conns.at_limit(&shard) {
-                        monoio::spawn(refuse(socket));
+                        monoio::spawn(refuse(socket, at_limit()));
                         continue;
                     }
                     conns.spawn(&shard, socket, Vec::new());
@@ -435,16 +447,22 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
 }
 
 /// Serves mesh messages until the runtime ends: after `Shutdown` too, so
-/// handoffs and replication requests of draining connections get served.
+/// handoffs and replication requests of draining connections get served,
+/// and after the log closed, until every shard's has (writes then fail).
 async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns: Rc<Conns>) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
+                // Closed at shutdown: its writes would fail, and its task
+                // would outlive the runtime.
+                Ok(socket) if shard.commits.is_closed() => {
+                    monoio::spawn(refuse(socket, stopped()));
+                }
                 // The limit holds for connections handed over too: else a
                 // busy stream's shard gathers them past it.
                 Ok(socket) if conns.at_limit(&shard) => {
-                    monoio::spawn(refuse(socket));
+                    monoio::spawn(refuse(socket, at_limit()));
                 }
                 Ok(socket) => conns.spawn(&shard, socket, buffered),
                 Err(e) => crate::warn!(shard = shard.index, "handoff: {e}"),

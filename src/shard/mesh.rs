@@ -1,9 +1,13 @@
 //! The mesh: bounded-latency message passing between shards (flume channels
 //! woken through monoio's cross-thread unpark). Carries connection handoffs,
 //! bucket registry replication, scatter-gather queries (bucket listings,
-//! metrics), fork copies and shutdown.
+//! metrics), fork copies and shutdown, and the stop barrier that keeps
+//! every shard answering the mesh until all have closed their logs.
 
 use std::net::TcpStream as StdTcpStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use super::commit::CommitError;
 use crate::protocol::buckets::StreamSummary;
@@ -70,11 +74,39 @@ pub enum MeshMsg {
 pub struct Mesh {
     index: usize,
     senders: Vec<flume::Sender<MeshMsg>>,
+    /// How many shards closed their log at shutdown (shared by all).
+    closed: Arc<AtomicUsize>,
 }
 
+/// The replies of a gather: `complete` unless some shard gave none (its
+/// runtime ended, at shutdown or after a failed start).
+pub struct Gathered<T> {
+    pub replies: Vec<T>,
+    pub complete: bool,
+}
+
+impl<T> Gathered<T> {
+    /// Every shard's reply, or `None` when some shard's is missing.
+    pub fn all(self) -> Option<Vec<T>> {
+        self.complete.then_some(self.replies)
+    }
+}
+
+/// How often a closed shard looks whether every shard has closed.
+const CLOSED_POLL: Duration = Duration::from_millis(2);
+
 impl Mesh {
-    pub fn new(index: usize, senders: Vec<flume::Sender<MeshMsg>>) -> Mesh {
-        Mesh { index, senders }
+    /// The mesh of shard `index`; `closed` is one counter shared by all.
+    pub fn new(
+        index: usize,
+        senders: Vec<flume::Sender<MeshMsg>>,
+        closed: Arc<AtomicUsize>,
+    ) -> Mesh {
+        Mesh {
+            index,
+            senders,
+            closed,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -91,7 +123,7 @@ impl Mesh {
     }
 
     /// Sends one message per shard (built by `make`) and awaits every reply.
-    pub async fn gather<T>(&self, make: impl Fn(flume::Sender<T>) -> MeshMsg) -> Vec<T> {
+    pub async fn gather<T>(&self, make: impl Fn(flume::Sender<T>) -> MeshMsg) -> Gathered<T> {
         let (tx, rx) = flume::bounded(self.senders.len());
         let mut sent = 0;
         for sender in &self.senders {
@@ -104,7 +136,20 @@ impl Mesh {
         while let Ok(reply) = rx.recv_async().await {
             replies.push(reply);
         }
-        replies
+        let complete = replies.len() == self.senders.len();
+        Gathered { replies, complete }
+    }
+
+    /// Called once this shard's log is closed at shutdown: waits until
+    /// every shard's is. Until then this shard keeps serving its inbox, so a
+    /// shard still draining connections gets answers (failures, for
+    /// writes) rather than waiting on a runtime that ended.
+    pub async fn closed_everywhere(&self) {
+        let closed = self.closed.fetch_add(1, Ordering::AcqRel) + 1;
+        assert!(closed <= self.senders.len(), "each shard closes once");
+        while self.closed.load(Ordering::Acquire) < self.senders.len() {
+            monoio::time::sleep(CLOSED_POLL).await;
+        }
     }
 
     pub fn index(&self) -> usize {

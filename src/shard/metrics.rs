@@ -14,7 +14,13 @@ use crate::stream::table::{Applied, Undo};
 
 /// Answers a scrape with every shard's metrics.
 pub async fn serve(shard: &Shard) -> Response {
-    let snapshots = shard.mesh.gather(|reply| MeshMsg::Metrics { reply }).await;
+    // A shard stopped at shutdown is left out (no partial-scrape marker:
+    // the process is about to exit).
+    let snapshots = shard
+        .mesh
+        .gather(|reply| MeshMsg::Metrics { reply })
+        .await
+        .replies;
     debug_assert!(snapshots.len() <= shard.shards());
     let process = Process {
         ready: crate::health::is_ready(),

@@ -186,10 +186,12 @@ impl Shard {
 
     /// Logs a bucket registry change; it applies once committed.
     pub fn submit_bucket(&self, entry: Entry) -> Ticket {
-        let queued = self
-            .commits
-            .enqueue(&entry)
-            .expect("a bucket record is far smaller than a segment");
+        // A bucket record is far smaller than a segment: only a closed
+        // log refuses it.
+        let queued = match self.commits.enqueue(&entry) {
+            Ok(queued) => queued,
+            Err(stopped) => return Ticket::failed(stopped),
+        };
         self.commits.track(queued, Effect::Bucket(entry));
         self.commits.ticket().expect("entry was just submitted")
     }
@@ -363,8 +365,24 @@ impl Shard {
 
     /// Rolls back everything uncommitted after a failed batch.
     pub fn on_failed(&self, error: &std::io::Error) {
-        let failure = Err(CommitError::from_io(error));
-        for (effect, tickets) in self.commits.failed() {
+        let failed = self.commits.failed();
+        self.roll_back(failed, Err(CommitError::from_io(error)));
+    }
+
+    /// Once the writer has ended at shutdown: fails what is still
+    /// uncommitted (submitted during a final sync) and refuses later
+    /// submits, so no ticket waits for a writer that is gone.
+    pub fn close_log(&self) {
+        let unwritten = self.commits.close();
+        self.roll_back(unwritten, Err(CommitError::stopped()));
+    }
+
+    fn roll_back(
+        &self,
+        uncommitted: Vec<(Effect, Vec<Rc<commit::Slot>>)>,
+        failure: Result<(), CommitError>,
+    ) {
+        for (effect, tickets) in uncommitted {
             if let Effect::Stream { undo, .. } = effect {
                 self.table.borrow_mut().undo(undo);
             }
@@ -408,6 +426,7 @@ pub fn start(config: Arc<Config>, data: &crate::datadir::DataDir) -> Result<Star
     let (report_tx, reports) = std::sync::mpsc::channel();
     let mut unions = Vec::new();
     let mut handles = Vec::new();
+    let closed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for (index, (listener, inbox)) in listeners.into_iter().zip(receivers).enumerate() {
         let (union_tx, union) = std::sync::mpsc::channel();
         unions.push(union_tx);
@@ -417,7 +436,7 @@ pub fn start(config: Arc<Config>, data: &crate::datadir::DataDir) -> Result<Star
         };
         let (config, mesh, dir) = (
             config.clone(),
-            Mesh::new(index, senders.clone()),
+            Mesh::new(index, senders.clone(), closed.clone()),
             data.shard_dir(index),
         );
         let handle = std::thread::Builder::new()

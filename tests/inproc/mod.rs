@@ -86,7 +86,7 @@ pub async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> 
     let shard = Rc::new(Shard::new(
         0,
         config,
-        Mesh::new(0, vec![tx]),
+        Mesh::new(0, vec![tx], Default::default()),
         table,
         recovered.next_seq,
         segments,
