@@ -126,60 +126,79 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
     }
 }
 
+/// How a publish's decision on the current head state went.
+enum Decided {
+    /// The answer, with nothing to write.
+    Reply(Response),
+    /// Write this snapshot of incarnation `.0`.
+    Write(u64, Snapshot),
+}
+
+fn decide(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Decided {
+    let table = shard.table.borrow();
+    let Some(stream) = table.get_visible(req.key) else {
+        return Decided::Reply(not_found("stream not found"));
+    };
+    match snapshot::decide_publish(req, stream, at, shard.config.max_snapshot_bytes) {
+        Err(reply) => Decided::Reply(reply),
+        Ok(Publish::Same(reply)) => Decided::Reply(reply),
+        Ok(Publish::Write(snap)) => Decided::Write(stream.id, snap),
+    }
+}
+
 async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response {
-    let limit = shard.config.max_snapshot_bytes;
     loop {
-        let decided = {
-            let table = shard.table.borrow();
-            let Some(stream) = table.get_visible(req.key) else {
-                return not_found("stream not found");
-            };
-            snapshot::decide_publish(req, stream, at, limit).map(|p| (stream.id, p))
-        };
-        let (id, snap) = match decided {
-            Err(reply) => return reply,
-            Ok((_, Publish::Same(reply))) => {
-                return shard.when_committed(reply).await;
-            }
-            Ok((id, Publish::Write(snap))) => (id, snap),
+        let (id, snap) = match decide(shard, req, at) {
+            Decided::Reply(reply) => return shard.when_committed(reply).await,
+            Decided::Write(id, snap) => (id, snap),
         };
         // One publish at a time per stream and offset: another waits for
         // the first to end, then is decided again (a repeat of it, or a
         // conflict with it, §2.2), and never rewrites its blob.
-        if shard
-            .pending_blobs
-            .borrow()
-            .contains(&blob_file(shard, id, snap.offset))
-        {
+        let path = blob_file(shard, id, snap.offset);
+        if shard.pending_blobs.borrow().contains(&path) {
             monoio::time::sleep(std::time::Duration::from_millis(1)).await;
             continue;
         }
-        return write_and_commit(shard, req, id, snap).await;
+        let _pending = PendingBlob::new(shard, &path);
+        if let Err(e) = blobs::write(&blob_dir(shard), &path, req.body).await {
+            return unavailable(&e);
+        }
+        // While the blob was written, another publish or a retention may
+        // have committed: decided again, with no await before the submit,
+        // so §2.2's checks (Stream-Snapshot-Match, the retained offset)
+        // hold against what the publish lands on.
+        match decide(shard, req, at) {
+            Decided::Write(again, decided) if (again, &decided) == (id, &snap) => {
+                return commit(shard, req.key, id, snap, &path).await;
+            }
+            Decided::Write(..) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Decided::Reply(reply) => {
+                let _ = std::fs::remove_file(&path);
+                return shard.when_committed(reply).await;
+            }
+        }
     }
 }
 
-/// Writes the blob of a decided publish, then commits its SNAPSHOT record.
-async fn write_and_commit(shard: &Shard, req: &Request<'_>, id: u64, snap: Snapshot) -> Response {
-    let dir = blob_dir(shard);
-    let path = blobs::path(&dir, id, snap.offset);
-    let _pending = PendingBlob::new(shard, &path);
-    if let Err(e) = blobs::write(&dir, &path, req.body).await {
-        return unavailable(&e);
-    }
-    let previous = match shard.table.borrow().get(req.key).filter(|s| s.id == id) {
+/// Commits the SNAPSHOT record of a publish whose blob is written at `path`.
+async fn commit(shard: &Shard, key: &str, id: u64, snap: Snapshot, path: &Path) -> Response {
+    let previous = match shard.table.borrow().get(key).filter(|s| s.id == id) {
         Some(stream) => stream.snapshot.clone(),
         None => return not_found("stream not found"),
     };
     let command = Command::Snapshot {
-        key: req.key.to_string(),
+        key: key.to_string(),
         stream_id: id,
         snapshot: snap.clone(),
     };
     if let Err(e) = shard.submit(vec![command]).await {
-        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(path);
         return e.response();
     }
-    remove_superseded(shard, req.key, id, previous, &dir);
+    remove_superseded(shard, key, id, previous, &blob_dir(shard));
     snapshot::published(&snap)
 }
 
