@@ -151,6 +151,7 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
             let _ = reply.send(registered.then_some(streams));
         }
         MeshMsg::BucketDeleted { bucket, ack } => {
+            delete_soft_deleted(shard, &bucket);
             replicate(shard, Entry::BucketDelete { bucket }, ack);
         }
         MeshMsg::ScanBucket {
@@ -176,25 +177,49 @@ fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
 }
 
 /// Streams of `bucket` on this shard that a bucket delete must wait for:
-/// every stream of the head state, durable or not; expired ones are reaped.
+/// every stream of the head state, durable or not, but soft-deleted sources
+/// of forks (gone for clients, and not counted by the bucket's listing:
+/// §1.5's "empty" is what the client sees); expired ones are reaped.
 fn live_streams(shard: &Shard, bucket: &str) -> usize {
     let key_prefix = format!("{bucket}/");
     let now_ms = clock::now_ms();
     let mut live = 0;
     let mut reaps = Vec::new();
     for (key, stream) in shard.table.borrow().keys_with_prefix(&key_prefix) {
-        match stream.is_expired(now_ms) {
-            true => reaps.push(Command::Delete {
+        match (stream.is_expired(now_ms), stream.soft_deleted) {
+            (true, _) => reaps.push(Command::Delete {
                 key: key.clone(),
                 stream_id: stream.id,
             }),
-            false => live += 1,
+            (false, true) => {}
+            (false, false) => live += 1,
         }
     }
     if !reaps.is_empty() {
         drop(shard.submit(reaps));
     }
     live
+}
+
+/// A bucket delete takes the soft-deleted sources of forks with it: logged
+/// before the bucket's record (one queue, so its ticket covers them). Their
+/// forks hold their own copies (PROTOCOL.md §4.2 keeps a source only so its
+/// name answers 410 while forks live; its bucket going, the name goes too).
+fn delete_soft_deleted(shard: &Shard, bucket: &str) {
+    let key_prefix = format!("{bucket}/");
+    let deletes: Vec<Command> = shard
+        .table
+        .borrow()
+        .keys_with_prefix(&key_prefix)
+        .filter(|(_, stream)| stream.soft_deleted)
+        .map(|(key, stream)| Command::Delete {
+            key: key.clone(),
+            stream_id: stream.id,
+        })
+        .collect();
+    if !deletes.is_empty() {
+        drop(shard.submit(deletes));
+    }
 }
 
 /// The summaries of every shard's streams of `bucket` under `prefix`, or
