@@ -300,8 +300,10 @@ fn sse_from_now_starts_at_the_tail() {
 
 /// §5.5: "for non-live reads without data beyond the requested offset,
 /// servers SHOULD return 200 OK with an empty body"; a well-formed token past
-/// the tail (here one of a deleted predecessor) reads as the tail, and live
-/// reads wait there.
+/// the tail (here one of a deleted predecessor) reads as the tail. A
+/// long-poll answers 204 at once with the tail as its next offset (it must
+/// not wait and then serve bytes before the offset asked for); SSE's first
+/// control event names the tail, and data from there follows.
 #[test]
 fn a_token_past_the_tail_reads_as_the_tail() {
     let s = Server::start(&[]);
@@ -323,8 +325,11 @@ fn a_token_past_the_tail_reads_as_the_tail() {
     assert_eq!(next_offset(&r), tail);
     assert!(is_true(&r, "stream-up-to-date"), "{:?}", r.headers);
 
+    let r = req(s.addr, "GET", &long_poll_path(&path, &old_tail), &[], b"");
+    assert_eq!(r.status, 204, "{:?} {}", r.headers, r.text());
+    assert_eq!(next_offset(&r), tail);
     let mut waiter = Conn::open(s.addr);
-    let poll = waiter.build_request("GET", &long_poll_path(&path, &old_tail), &[], b"");
+    let poll = waiter.build_request("GET", &long_poll_path(&path, &tail), &[], b"");
     waiter.send_raw(&poll);
     assert_no_response_within(&mut waiter, Duration::from_millis(200));
     let mut sse = Sse::open(s.addr, &sse_path(&path, &old_tail));
@@ -690,4 +695,25 @@ fn long_poll_with_a_matching_if_none_match_is_304() {
     let other = req(s.addr, "GET", &poll, &[("If-None-Match", "\"other\"")], b"");
     assert_eq!(other.status, 200);
     assert_eq!(other.body, b"hello");
+}
+
+/// A long-poll at an offset past the tail (one this incarnation never
+/// issued) answers at once, 204 with the tail as `Stream-Next-Offset`: it
+/// once waited at the tail and then served the next append, bytes before
+/// the offset asked for (PROTOCOL.md §5.6 "bytes starting from").
+#[test]
+fn long_poll_past_the_tail_answers_at_once_with_the_tail() {
+    let s = Server::start(&["--long-poll-timeout-ms", "10000"]);
+    let path = new_path();
+    let tail = create(&s, &path, TEXT, b"abc");
+    let past = "0000000000000000_0000000000000050";
+    let (addr, url) = (s.addr, long_poll_path(&path, past));
+    let poll = thread::spawn(move || req(addr, "GET", &url, &[], b""));
+    thread::sleep(Duration::from_millis(300));
+    append(&s, &path, TEXT, b"defg");
+    let r = poll.join().unwrap();
+    assert_eq!(r.status, 204, "{:?} {}", r.headers, r.text());
+    assert_eq!(next_offset(&r), tail);
+    assert!(is_true(&r, "stream-up-to-date"));
+    assert_digits("Stream-Cursor", r.header("stream-cursor"));
 }

@@ -37,6 +37,10 @@ pub struct ReadPlan {
     pub max_bytes: Option<u64>,
     /// A record-aware read (extensions §6.6): whole records, record headers.
     pub records: Option<RecordView>,
+    /// The offset asked for lies past the tail (`start` is the tail): a
+    /// long-poll answers at once rather than wait there and then serve
+    /// bytes before the offset asked for (§5.6 "bytes starting from").
+    pub past_tail: bool,
 }
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -53,6 +57,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let stream = table
         .get_visible(req.key)
         .ok_or_else(|| not_found("stream not found"))?;
+    let past_tail = matches!(param, OffsetParam::At(pos) if pos > stream.tail());
     let start = match (record_start, param) {
         (Some((at, _)), _) => records::resolve(stream, at)?,
         (None, OffsetParam::Start) => from_the_beginning(stream)?,
@@ -67,6 +72,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         cursor: req.head.query_param("cursor").map(str::to_string),
         max_bytes: max_bytes(req)?,
         records: record_start.map(|(_, view)| view),
+        past_tail: past_tail && record_start.is_none(),
     };
     match mode {
         LiveMode::CatchUp if param == OffsetParam::Now && plan.records.is_none() => {
@@ -160,8 +166,10 @@ pub fn gone_before(retained: u64) -> Response {
 /// A token past the tail reads as the tail: "for non-live reads without
 /// data beyond the requested offset, servers SHOULD return 200 OK with an
 /// empty body" (PROTOCOL.md §5.5), and the tail is the one position such a
-/// client can resume from (a token of a deleted incarnation, say); live
-/// reads wait there. Before it: 410 once retention passed it. On v1 JSON
+/// client can resume from (a token of a deleted incarnation, say, or one
+/// a crash under `--fsync interval` took back). A long-poll answers 204 at
+/// once with the tail as `Stream-Next-Offset`; SSE's first control event
+/// names the tail before any data. Before it: 410 once retention passed it. On v1 JSON
 /// streams a token must also lie on a message boundary (they render whole
 /// messages); bucketed reads may end, and so resume, inside a record.
 fn validate_position(stream: &Stream, surface: Surface, pos: u64) -> Result<u64, Response> {

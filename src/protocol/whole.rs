@@ -137,6 +137,7 @@ mod tests {
             cursor: None,
             max_bytes: None,
             records: None,
+            past_tail: false,
         }
     }
 

@@ -182,7 +182,7 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
     if plan.start < stream.tail() {
         return Poll::Fetch(stream.id, read::fetch_span(stream, plan));
     }
-    let give_up = timed_out || shard.stopping.get();
+    let give_up = timed_out || shard.stopping.get() || plan.past_tail;
     match read::poll_empty(plan, stream, clock::now_ms(), shard.next_random(), give_up) {
         Some(reply) => Poll::Answer(reply),
         None => Poll::Wait,
