@@ -472,7 +472,8 @@ pub fn poll_head(
         .header("cache-control", PUBLIC_CACHE))
 }
 
-/// HEAD (§5.4): metadata, never cached, `Stream-TTL` as configured.
+/// HEAD (§5.4): metadata, never cached; `Stream-TTL` is the "remaining
+/// time-to-live" of the sliding window (a HEAD does not slide it).
 pub fn head(req: &Request, table: &Table) -> Response {
     let Some(stream) = table.get_visible(req.key) else {
         return not_found("stream not found");
@@ -484,7 +485,7 @@ pub fn head(req: &Request, table: &Table) -> Response {
         .header("cache-control", "no-store")
         .header("etag", etag(stream, 0, tail, stream.is_closed()))
         .header_if(stream.is_closed(), "stream-closed", "true");
-    if let Some(ttl) = stream.ttl_secs {
+    if let Some(ttl) = stream.ttl_remaining_secs(req.now_ms) {
         reply = reply.header("stream-ttl", ttl.to_string());
     }
     if let Some(at) = &stream.expires_at {

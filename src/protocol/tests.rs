@@ -530,6 +530,26 @@ fn expiry_reaps_and_ttl_slides() {
     );
 }
 
+/// §5.4: HEAD's `Stream-TTL` is the "remaining time-to-live", in whole
+/// seconds rounded up, of the window the last read or write started.
+#[test]
+fn head_reports_the_remaining_ttl() {
+    let mut h = Harness::new();
+    h.reply("PUT", KEY, &[("stream-ttl", "10")], b"");
+    let ttl_at = |h: &mut Harness, now_ms: u64| match h.run("HEAD", KEY, &[], b"", now_ms) {
+        Action::Reply(reply) => reply.get_header("stream-ttl").map(str::to_string),
+        _ => panic!("HEAD is answered at once"),
+    };
+    assert_eq!(ttl_at(&mut h, NOW).as_deref(), Some("10"));
+    assert_eq!(ttl_at(&mut h, NOW + 1_500).as_deref(), Some("9"));
+    assert_eq!(ttl_at(&mut h, NOW + 9_999).as_deref(), Some("1"));
+    h.table.touch(KEY, NOW + 5_000);
+    assert_eq!(ttl_at(&mut h, NOW + 5_000).as_deref(), Some("10"));
+    h.reply("PUT", "/v1/stream/no-ttl", &[], b"");
+    let head = h.reply("HEAD", "/v1/stream/no-ttl", &[], b"");
+    assert_eq!(head.get_header("stream-ttl"), None);
+}
+
 #[test]
 fn ttl_reads_are_logged_once_per_tenth_of_a_window() {
     let mut h = Harness::new();
