@@ -422,6 +422,25 @@ fn content_length_over_body_limit_is_413() {
     append(&mut c, &path, OCTET, &vec![7u8; 1 << 20]);
 }
 
+/// A client that writes its whole oversized body before it reads (as
+/// Python's http.client does) still reads the 413: the server drains what
+/// it sends before closing (a close with unread bytes sends a reset, which
+/// discarded the response on the client's side).
+#[test]
+fn a_413_reaches_a_client_that_sends_its_whole_body_first() {
+    let s = Server::start(&["--max-body-bytes", "1048576"]);
+    let path = new_stream_path();
+    create(&s, &path, OCTET);
+    for round in 0..3 {
+        let mut c = Conn::open(s.addr);
+        let body = vec![7u8; 4 << 20];
+        let request = c.build_request("POST", &path, &[("Content-Type", OCTET)], &body);
+        c.send_raw(&request);
+        assert_status(&mut c, 413, &format!("round {round}: a 4 MiB body"));
+    }
+    assert_alive(&s);
+}
+
 #[test]
 fn bad_chunk_size_is_400() {
     let s = Server::start(&[]);

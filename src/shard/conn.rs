@@ -64,6 +64,35 @@ async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> F
     }
 }
 
+/// How long, and how much, a connection whose request was refused before
+/// its body arrived is drained before it closes.
+const LINGER: Duration = Duration::from_secs(2);
+const LINGER_IDLE: Duration = Duration::from_millis(500);
+const LINGER_BYTES: usize = 64 << 20;
+
+/// Closes a connection whose client may still be sending (an early 413 or
+/// 431, say): half-closes, then reads and drops what arrives, for a
+/// bounded time and amount (RFC 9112 §9.6, lingering close). Closed with
+/// unread bytes, the socket would send a reset, and the client's kernel
+/// would discard the response before a client that writes its whole body
+/// first had read it.
+async fn linger_close(mut socket: TcpStream, mut buf: Vec<u8>) {
+    let _ = socket.shutdown().await;
+    let deadline = std::time::Instant::now() + LINGER;
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        buf.clear();
+        match fill(&mut socket, &mut buf, left.min(LINGER_IDLE)).await {
+            Fill::Data => drained += buf.len(),
+            Fill::Eof | Fill::Timeout => return,
+        }
+    }
+}
+
 fn retryable(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
@@ -477,7 +506,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Fail(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
                 shard.metrics.finish_request(fd, Route::Other);
-                return;
+                return linger_close(socket, buf).await;
             }
         };
         let target = router::route(&head.raw_path);
@@ -494,7 +523,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             Err(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
                 finished(&shard, fd, route, &head, started);
-                return;
+                return linger_close(socket, buf).await;
             }
         };
         let keep = dispatch::handle(&shard, &mut socket, &head, body, target).await;
