@@ -9,6 +9,8 @@ use std::process::ExitCode;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -108,6 +110,27 @@ fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
     signal
 }
 
+/// Receives the stop signal on a thread of its own. One that comes before
+/// `started` is set (the data dir re-sharding, the shards recovering)
+/// ends the process at once, as a kill would: both are crash-safe, and
+/// the next start picks up where they stopped, where waiting could take
+/// minutes. After, it goes to the returned channel: the graceful stop.
+fn watch_stop_signals(set: libc::sigset_t, started: Arc<AtomicBool>) -> mpsc::Receiver<i32> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("rill-signals".to_string())
+        .spawn(move || {
+            let signal = wait_for_stop_signal(&set);
+            if !started.load(Ordering::SeqCst) {
+                rill::info!("signal {signal} received while starting; exiting");
+                std::process::exit(0);
+            }
+            let _ = tx.send(signal);
+        })
+        .expect("spawn the signal thread");
+    rx
+}
+
 /// Opens (and locks) the data dir; re-shards it first when it was written
 /// for another shard count.
 fn open_data_dir(config: &Config) -> Result<DataDir, String> {
@@ -180,7 +203,8 @@ fn raise_open_file_limit(config: &Config) {
 fn serve(config: Config) -> ExitCode {
     disable_transparent_huge_pages();
     raise_open_file_limit(&config);
-    let signals = block_stop_signals();
+    let started = Arc::new(AtomicBool::new(false));
+    let signals = watch_stop_signals(block_stop_signals(), started.clone());
     let data = match open_data_dir(&config) {
         Ok(data) => data,
         Err(message) => {
@@ -197,6 +221,7 @@ fn serve(config: Config) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    started.store(true, Ordering::SeqCst);
     rill::health::mark_ready();
     // Every shard has recovered: requests now see everything acknowledged
     // before the last stop, so systemd may now start what depends on rill.
@@ -216,7 +241,7 @@ fn serve(config: Config) -> ExitCode {
             config.max_producers_per_stream
         );
     }
-    let signal = wait_for_stop_signal(&signals);
+    let signal = signals.recv().expect("the signal thread sends or exits");
     rill::info!("signal {signal} received, stopping");
     notify::notify_or_log("STOPPING=1\nSTATUS=stopping");
     for sender in &senders {

@@ -199,6 +199,14 @@ impl Server {
         self.restart();
     }
 
+    /// Like `restart_with`, without waiting until it serves (a test that
+    /// signals it while it starts).
+    pub fn restart_unready(&mut self, args: &[&str]) {
+        self.kill();
+        self.args = args.iter().map(|a| a.to_string()).collect();
+        self.child = spawn(&self.addr, &self.data_dir, &self.stderr_path, &self.args);
+    }
+
     /// Everything the server wrote to stderr (and stdout) so far.
     pub fn stderr(&self) -> String {
         fs::read_to_string(&self.stderr_path).unwrap_or_default()
