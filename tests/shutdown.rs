@@ -263,3 +263,48 @@ fn a_request_gathering_from_a_stopped_shard_is_answered() {
         stopping.elapsed()
     );
 }
+
+/// A connection lingering after its 413 (draining what its client still
+/// sends) ends when the shard stops: a client that keeps trickling bytes
+/// once held the drain for the whole linger, past a short shutdown timeout.
+#[test]
+fn a_lingering_refused_connection_does_not_hold_up_the_shutdown() {
+    let args = [
+        "--cores",
+        "1",
+        "--max-body-bytes",
+        "1048576",
+        "--shutdown-timeout-ms",
+        "1000",
+    ];
+    let mut s = Server::start(&args);
+    let path = "/v1/stream/linger-shutdown";
+    assert_eq!(
+        Conn::open(s.addr).request("PUT", path, &[TEXT], b"").status,
+        201
+    );
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        64 << 20
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&[b'x'; 16 << 10]).unwrap();
+    let got = read_until(&mut c, b"\r\n");
+    assert!(
+        got.starts_with(b"HTTP/1.1 413"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    // Keeps the linger alive: a chunk well inside its idle bound.
+    let trickle = thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < until && c.write_all(&[b'y'; 4096]).is_ok() {
+            thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let code = s.signal_and_wait(libc::SIGTERM, Duration::from_secs(10));
+    trickle.join().unwrap();
+    assert_eq!(code, Some(0), "{}", s.stderr());
+}

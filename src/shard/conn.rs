@@ -75,8 +75,8 @@ const LINGER_BYTES: usize = 64 << 20;
 /// bounded time and amount (RFC 9112 §9.6, lingering close). Closed with
 /// unread bytes, the socket would send a reset, and the client's kernel
 /// would discard the response before a client that writes its whole body
-/// first had read it.
-async fn linger_close(mut socket: TcpStream, mut buf: Vec<u8>) {
+/// first had read it. A stopping shard does not wait for it.
+async fn linger_close(mut socket: TcpStream, mut buf: Vec<u8>, idle: &Idle) {
     let _ = socket.shutdown().await;
     let deadline = std::time::Instant::now() + LINGER;
     let mut drained = 0;
@@ -86,7 +86,11 @@ async fn linger_close(mut socket: TcpStream, mut buf: Vec<u8>) {
             return;
         }
         buf.clear();
-        match fill(&mut socket, &mut buf, left.min(LINGER_IDLE)).await {
+        let filled = monoio::select! {
+            filled = fill(&mut socket, &mut buf, left.min(LINGER_IDLE)) => filled,
+            _ = idle.closing() => return,
+        };
+        match filled {
             Fill::Data => drained += buf.len(),
             Fill::Eof | Fill::Timeout => return,
         }
@@ -506,7 +510,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Fail(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
                 shard.metrics.finish_request(fd, Route::Other);
-                return linger_close(socket, buf).await;
+                return linger_close(socket, buf, &waiting).await;
             }
         };
         let target = router::route(&head.raw_path);
@@ -523,7 +527,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             Err(resp) => {
                 respond(&shard, &mut socket, resp, false, false).await;
                 finished(&shard, fd, route, &head, started);
-                return linger_close(socket, buf).await;
+                return linger_close(socket, buf, &waiting).await;
             }
         };
         let keep = dispatch::handle(&shard, &mut socket, &head, body, target).await;

@@ -128,8 +128,11 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
 
 /// How a publish's decision on the current head state went.
 enum Decided {
-    /// The answer, with nothing to write.
-    Reply(Response),
+    /// Refused: the answer, at once.
+    Refused(Response),
+    /// A repeat of the visible snapshot: its answer once the head state it
+    /// was decided on is committed.
+    Repeat(Response),
     /// Write this snapshot of incarnation `.0`.
     Write(u64, Snapshot),
 }
@@ -137,11 +140,11 @@ enum Decided {
 fn decide(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Decided {
     let table = shard.table.borrow();
     let Some(stream) = table.get_visible(req.key) else {
-        return Decided::Reply(not_found("stream not found"));
+        return Decided::Refused(not_found("stream not found"));
     };
     match snapshot::decide_publish(req, stream, at, shard.config.max_snapshot_bytes) {
-        Err(reply) => Decided::Reply(reply),
-        Ok(Publish::Same(reply)) => Decided::Reply(reply),
+        Err(reply) => Decided::Refused(reply),
+        Ok(Publish::Same(reply)) => Decided::Repeat(reply),
         Ok(Publish::Write(snap)) => Decided::Write(stream.id, snap),
     }
 }
@@ -149,7 +152,8 @@ fn decide(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Decided {
 async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response {
     loop {
         let (id, snap) = match decide(shard, req, at) {
-            Decided::Reply(reply) => return shard.when_committed(reply).await,
+            Decided::Refused(reply) => return reply,
+            Decided::Repeat(reply) => return shard.when_committed(reply).await,
             Decided::Write(id, snap) => (id, snap),
         };
         // One publish at a time per stream and offset: another waits for
@@ -175,10 +179,13 @@ async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response
             Decided::Write(..) => {
                 let _ = std::fs::remove_file(&path);
             }
-            Decided::Reply(reply) => {
+            Decided::Refused(reply) => {
                 let _ = std::fs::remove_file(&path);
-                return shard.when_committed(reply).await;
+                return reply;
             }
+            // The same snapshot committed meanwhile: only another publish
+            // at this offset could, and the pending blob keeps them apart.
+            Decided::Repeat(reply) => return shard.when_committed(reply).await,
         }
     }
 }
