@@ -12,8 +12,8 @@ use crate::clock;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::buckets::{self, StreamSummary};
 use crate::protocol::response::{Response, conflict, not_found};
-use crate::stream::Command;
 use crate::stream::codec::Entry;
+use crate::stream::{Command, Stream};
 
 /// One bucket in a shard's replica of the registry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,23 +157,74 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
         MeshMsg::ScanBucket {
             bucket,
             prefix,
+            after,
+            limit,
             reply,
         } => {
-            let _ = reply.send(scan(shard, &bucket, &prefix));
+            let _ = reply.send(scan(shard, &bucket, (&prefix, after.as_deref()), limit));
+        }
+        MeshMsg::CountBucket { bucket, reply } => {
+            let shard = shard.clone();
+            monoio::spawn(async move {
+                let _ = reply.send(count(&shard, &bucket).await);
+            });
         }
         _ => unreachable!("handled by the inbox loop or the fork module"),
     }
 }
 
-fn scan(shard: &Shard, bucket: &str, prefix: &str) -> Vec<StreamSummary> {
+/// Whether a bucket listing shows `stream` (extensions §1.4).
+fn listed(stream: &Stream, now_ms: u64) -> bool {
+    stream.visible && !stream.soft_deleted && !stream.is_expired(now_ms)
+}
+
+/// The first `limit` listed streams of `bucket` whose id starts with
+/// `prefix` and sorts after `after`: a range of the ordered table, so a
+/// page costs its length, not the bucket's size.
+fn scan(
+    shard: &Shard,
+    bucket: &str,
+    (prefix, after): (&str, Option<&str>),
+    limit: usize,
+) -> Vec<StreamSummary> {
     let key_prefix = format!("{bucket}/{prefix}");
+    let key_after = after.map(|after| format!("{bucket}/{after}"));
     let now_ms = clock::now_ms();
     let table = shard.table.borrow();
     table
-        .keys_with_prefix(&key_prefix)
-        .filter(|(_, s)| s.visible && !s.soft_deleted && !s.is_expired(now_ms))
+        .keys_after(&key_prefix, key_after.as_deref())
+        .filter(|(_, s)| listed(s, now_ms))
+        .take(limit)
         .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
         .collect()
+}
+
+/// Streams counted between two yields to the shard's other tasks.
+const COUNT_CHUNK: usize = 4096;
+
+/// How many streams of `bucket` a listing shows on this shard, counted a
+/// range at a time (a bucket of a million streams is ~40 ms of walking).
+async fn count(shard: &Shard, bucket: &str) -> usize {
+    let key_prefix = format!("{bucket}/");
+    let now_ms = clock::now_ms();
+    let (mut total, mut after) = (0, None::<String>);
+    loop {
+        let last = {
+            let table = shard.table.borrow();
+            let mut last = None;
+            for (key, stream) in table
+                .keys_after(&key_prefix, after.as_deref())
+                .take(COUNT_CHUNK)
+            {
+                total += usize::from(listed(stream, now_ms));
+                last = Some(key);
+            }
+            last.cloned()
+        };
+        let Some(last) = last else { return total };
+        after = Some(last);
+        Shard::yield_to_others().await;
+    }
 }
 
 /// Streams of `bucket` on this shard that a bucket delete must wait for:
@@ -222,18 +273,21 @@ fn delete_soft_deleted(shard: &Shard, bucket: &str) {
     }
 }
 
-/// The summaries of every shard's streams of `bucket` under `prefix`, or
-/// 503 when a stopped shard gave none (a partial listing would look whole).
-async fn gather_streams(
+/// Each shard's first `limit + 1` streams of the page `query` asks for
+/// (one more than the page shows tells whether more follow), or 503 when
+/// a stopped shard gave none (a partial listing would look whole).
+async fn gather_page(
     shard: &Shard,
     bucket: &str,
-    prefix: &str,
+    query: &buckets::ListQuery,
 ) -> Result<Vec<StreamSummary>, Response> {
     let replies = shard
         .mesh
         .gather(|reply| MeshMsg::ScanBucket {
             bucket: bucket.to_string(),
-            prefix: prefix.to_string(),
+            prefix: query.prefix.clone(),
+            after: query.after.clone(),
+            limit: query.limit + 1,
             reply,
         })
         .await;
@@ -241,6 +295,21 @@ async fn gather_streams(
         Some(replies) => Ok(replies.into_iter().flatten().collect()),
         None => Err(shard_stopping()),
     }
+}
+
+/// How many streams `bucket` holds on every shard (as listed), or 503.
+async fn gather_count(shard: &Shard, bucket: &str) -> Result<usize, Response> {
+    let replies = shard
+        .mesh
+        .gather(|reply| MeshMsg::CountBucket {
+            bucket: bucket.to_string(),
+            reply,
+        })
+        .await;
+    replies
+        .all()
+        .map(|counts| counts.into_iter().sum())
+        .ok_or_else(shard_stopping)
 }
 
 /// What a bucket takes in every shard's registry (its entry, its id aside).
@@ -279,8 +348,8 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
         (Method::Put, None) if registry_full(shard) => crate::protocol::response::index_full(),
         (Method::Put, None) => create_bucket(shard, bucket).await,
         (Method::Get | Method::Head, Some(created_at_ms)) => {
-            match gather_streams(shard, bucket, "").await {
-                Ok(streams) => buckets::bucket_metadata(bucket, created_at_ms, streams.len()),
+            match gather_count(shard, bucket).await {
+                Ok(count) => buckets::bucket_metadata(bucket, created_at_ms, count),
                 Err(reply) => reply,
             }
         }
@@ -491,7 +560,7 @@ pub async fn list_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str) -
     if !shard.buckets.borrow().contains_key(bucket) {
         return not_found("bucket not found");
     }
-    match gather_streams(shard, bucket, &query.prefix).await {
+    match gather_page(shard, bucket, &query).await {
         Ok(all) => buckets::list_page(bucket, &query, all),
         Err(reply) => reply,
     }

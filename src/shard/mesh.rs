@@ -56,11 +56,19 @@ pub enum MeshMsg {
         source: String,
         source_id: u64,
     },
-    /// Summaries of this shard's streams of `bucket` whose id starts with `prefix`.
+    /// Summaries of this shard's streams of `bucket` whose id starts with
+    /// `prefix` and sorts after `after`: the first `limit`, in id order.
     ScanBucket {
         bucket: String,
         prefix: String,
+        after: Option<String>,
+        limit: usize,
         reply: flume::Sender<Vec<StreamSummary>>,
+    },
+    /// How many streams of `bucket` this shard holds (as listed).
+    CountBucket {
+        bucket: String,
+        reply: flume::Sender<usize>,
     },
     /// This shard's metrics snapshot, for a scrape of `/v1/metrics`.
     Metrics {

@@ -6,7 +6,8 @@
 //! (`publish`). A command whose commit fails is rolled back with the `Undo`
 //! that `apply` returned.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -15,7 +16,10 @@ use super::state::{ProducerState, Stream, WriteRange};
 pub use super::undo::{Undo, WriteUndo};
 
 pub struct Table {
-    pub(super) streams: HashMap<String, Stream>,
+    /// Ordered by key, so a bucket's streams (`{bucket}/{stream}`) are one
+    /// range: listings and scans cost what they return, and a long scan
+    /// can resume after its last key.
+    pub(super) streams: BTreeMap<String, Stream>,
     pub(super) cache: CacheBudget,
     /// A fork's inherited data, logged but not yet part of a stream:
     /// extents and message ends by the fork's incarnation.
@@ -82,7 +86,7 @@ impl Table {
             keys: HashMap::new(),
         };
         Table {
-            streams: HashMap::new(),
+            streams: BTreeMap::new(),
             cache,
             staged: HashMap::new(),
             fork_refs: HashMap::new(),
@@ -185,13 +189,28 @@ impl Table {
         self.streams.is_empty()
     }
 
+    /// The streams whose key starts with `prefix`, in key order.
     pub fn keys_with_prefix<'a>(
         &'a self,
         prefix: &'a str,
     ) -> impl Iterator<Item = (&'a String, &'a Stream)> {
+        self.keys_after(prefix, None)
+    }
+
+    /// The streams whose key starts with `prefix` and (when given) sorts
+    /// after `after`, in key order: a scan resumes where the last ended.
+    pub fn keys_after<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&str>,
+    ) -> impl Iterator<Item = (&'a String, &'a Stream)> {
+        let from = match after {
+            Some(after) if after >= prefix => Bound::Excluded(after.to_string()),
+            _ => Bound::Included(prefix.to_string()),
+        };
         self.streams
-            .iter()
-            .filter(move |(k, _)| k.starts_with(prefix))
+            .range::<String, _>((from, Bound::Unbounded))
+            .take_while(move |(k, _)| k.starts_with(prefix))
     }
 
     /// Records a read or write access: `Stream-TTL` slides from here. Only
