@@ -199,9 +199,6 @@ fn scan(
         .collect()
 }
 
-/// Streams counted between two yields to the shard's other tasks.
-const COUNT_CHUNK: usize = 4096;
-
 /// How many streams of `bucket` a listing shows on this shard, counted a
 /// range at a time (a bucket of a million streams is ~40 ms of walking).
 async fn count(shard: &Shard, bucket: &str) -> usize {
@@ -209,18 +206,9 @@ async fn count(shard: &Shard, bucket: &str) -> usize {
     let now_ms = clock::now_ms();
     let (mut total, mut after) = (0, None::<String>);
     loop {
-        let last = {
-            let table = shard.table.borrow();
-            let mut last = None;
-            for (key, stream) in table
-                .keys_after(&key_prefix, after.as_deref())
-                .take(COUNT_CHUNK)
-            {
-                total += usize::from(listed(stream, now_ms));
-                last = Some(key);
-            }
-            last.cloned()
-        };
+        let last = shard.visit_keys(&key_prefix, after.as_deref(), |_, stream| {
+            total += usize::from(listed(stream, now_ms));
+        });
         let Some(last) = last else { return total };
         after = Some(last);
         Shard::yield_to_others().await;

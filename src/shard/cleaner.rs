@@ -102,27 +102,22 @@ pub async fn clean_victims(
     removed
 }
 
-/// Streams looked at between two yields to the shard's other tasks by the
-/// passes over every stream (2M streams in one go stalled a shard ~0.5 s).
-const KEY_CHUNK: usize = 4096;
-
-/// The keys of the next `KEY_CHUNK` streams after `after` (in key order)
-/// that `pick` selects, and the last key looked at (`None`: no more).
+/// The keys of the next `Shard::KEY_CHUNK` streams after `after` that
+/// `pick` selects, and the last key looked at (`None`: no more). The
+/// passes over every stream go a chunk at a time (2M streams in one go
+/// stalled a shard ~0.5 s).
 fn next_keys(
     shard: &Shard,
     after: Option<&str>,
     pick: impl Fn(&Stream) -> bool,
 ) -> (Vec<String>, Option<String>) {
-    let table = shard.table.borrow();
-    let mut last = None;
     let mut keys = Vec::new();
-    for (key, stream) in table.keys_after("", after).take(KEY_CHUNK) {
+    let last = shard.visit_keys("", after, |key, stream| {
         if pick(stream) {
             keys.push(key.clone());
         }
-        last = Some(key);
-    }
-    (keys, last.cloned())
+    });
+    (keys, last)
 }
 
 /// Deletes the streams whose TTL or Expires-At has passed (PROTOCOL.md

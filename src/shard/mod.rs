@@ -255,6 +255,28 @@ impl Shard {
         self.commits.ticket()
     }
 
+    /// Streams a pass over many streams visits between two yields.
+    pub const KEY_CHUNK: usize = 4096;
+
+    /// Visits the next [`Self::KEY_CHUNK`] streams whose key starts with
+    /// `prefix` and sorts after `after`, in key order; returns the last key
+    /// visited (`None`: none left). A long pass calls it again from there
+    /// after a yield, so no pass holds the shard for the whole table.
+    pub fn visit_keys(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        mut visit: impl FnMut(&String, &crate::stream::Stream),
+    ) -> Option<String> {
+        let table = self.table.borrow();
+        let mut last = None;
+        for (key, stream) in table.keys_after(prefix, after).take(Self::KEY_CHUNK) {
+            visit(key, stream);
+            last = Some(key);
+        }
+        last.cloned()
+    }
+
     /// Whether the commit queue is full (`--max-commit-queue-bytes`): new
     /// writes are then refused with 503 rather than queued without bound.
     pub fn commit_queue_full(&self) -> bool {
