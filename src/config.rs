@@ -62,6 +62,10 @@ pub struct Config {
     /// A connection idle this long between requests is closed; a request
     /// whose head or body stalls this long gets 408.
     pub idle_timeout_ms: u64,
+    /// A request body must keep arriving at this many bytes a second on
+    /// average (after an `idle_timeout_ms` grace), or it gets 408; 0 turns
+    /// the floor off. Slow senders cannot hold a connection for ever.
+    pub min_request_rate: u64,
     pub fsync: FsyncPolicy,
     /// Size of each log segment file; a record never spans two.
     pub segment_bytes: u64,
@@ -114,6 +118,7 @@ impl Default for Config {
             max_headers: 100,
             max_body_bytes: 32 << 20,
             idle_timeout_ms: 60_000,
+            min_request_rate: 1024,
             fsync: FsyncPolicy::Always,
             segment_bytes: 64 << 20,
             cache_bytes: 256 << 20,
@@ -157,6 +162,8 @@ OPTIONS:
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
                                 whole within it and a stalled body gets 408 [default: 60000]
+    --min-request-rate N        bytes a second a request body must average after the idle
+                                timeout's grace, or it gets 408; 0: no floor [default: 1024]
     --fsync POLICY              always: acknowledge once the write is durable (O_DSYNC
                                 segments); interval:MS: acknowledge after the write and
                                 fdatasync every MS (may lose MS of writes on a crash)
@@ -248,6 +255,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("max-head-bytes", max_head_bytes),
     setting!("max-headers", max_headers),
     setting!("idle-timeout-ms", idle_timeout_ms),
+    setting!("min-request-rate", min_request_rate),
     setting!("fsync", fsync, quoted),
     setting!("segment-bytes", segment_bytes),
     setting!("cache-bytes", cache_bytes),

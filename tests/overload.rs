@@ -1,6 +1,8 @@
 //! Overload: a bounded commit queue. When more log bytes wait for the disk
 //! than `--max-commit-queue-bytes`, writes get 503 with Retry-After and a
 //! JSON body instead of growing memory, and nothing refused is applied.
+//! Request bodies: leased from `--max-request-bytes` as they arrive, and
+//! held to `--min-request-rate`.
 
 mod common;
 
@@ -211,11 +213,11 @@ fn a_low_soft_limit_on_open_files_is_raised() {
     assert_eq!(served, 300, "connections served with a soft limit of 100");
 }
 
-/// Request bodies count against `--max-request-bytes` while they arrive
-/// and are handled: with 2 MiB (one shard), a second 1.5 MiB body sent while
-/// the first is still arriving gets 503 with Retry-After, and once the first
-/// is handled the next goes through (clients sending many large bodies
-/// slowly could otherwise make a shard hold all of them).
+/// Request bodies count against `--max-request-bytes` as they arrive and
+/// while they are handled: with 2 MiB (one shard), a second 1.5 MiB body
+/// arriving while most of a first is held gets 503 with Retry-After once
+/// its own bytes would pass the budget, and once the first is handled the
+/// next goes through.
 #[test]
 fn large_bodies_arriving_at_once_are_bounded() {
     let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
@@ -223,19 +225,16 @@ fn large_bodies_arriving_at_once_are_bounded() {
     let octets = [("Content-Type", "application/octet-stream")];
     assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
     let body = vec![b'a'; 3 << 19];
+    let head = post_head(path, body.len());
     let mut first = Conn::open(s.addr);
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n\
-         Content-Length: {}\r\n\r\n",
-        body.len()
-    );
     first.send_raw(head.as_bytes());
-    first.send_raw(&body[..1 << 19]);
-    // The first head is parsed (and its body leased) long before this.
+    first.send_raw(&body[..5 << 18]);
+    // The first's 1.25 MiB are read (and leased) long before this.
     thread::sleep(std::time::Duration::from_millis(500));
-    // Answered from its head alone: the server does not take the body.
     let mut second = Conn::open(s.addr);
     second.send_raw(head.as_bytes());
+    // Refused part-way; the server drains the rest before it closes.
+    let _ = second.try_send_raw(&body);
     let second = second.read_response();
     assert_eq!(second.status, 503, "{}", second.text());
     assert!(
@@ -244,7 +243,70 @@ fn large_bodies_arriving_at_once_are_bounded() {
         second.text()
     );
     assert_eq!(second.header("retry-after"), Some("1"));
-    first.send_raw(&body[1 << 19..]);
+    first.send_raw(&body[5 << 18..]);
     assert_eq!(first.read_response().status, 204);
     assert_eq!(req(s.addr, "POST", path, &octets, &body).status, 204);
+}
+
+/// A declared Content-Length leases nothing until its bytes come: senders
+/// that announce large bodies and trickle them hold a read's worth each,
+/// so with 2 MiB (one shard) a 1.5 MiB body beside six of them is served.
+#[test]
+fn slow_senders_of_large_bodies_do_not_hold_the_budget() {
+    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
+    let path = "/v1/stream/trickled";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let body = vec![b'b'; 3 << 19];
+    let slow: Vec<Conn> = (0..6)
+        .map(|_| {
+            let mut c = Conn::open(s.addr);
+            c.send_raw(post_head(path, body.len()).as_bytes());
+            c.send_raw(&body[..1024]);
+            c
+        })
+        .collect();
+    thread::sleep(std::time::Duration::from_millis(300));
+    let r = req(s.addr, "POST", path, &octets, &body);
+    assert_eq!(r.status, 204, "{}", r.text());
+    drop(slow);
+}
+
+/// A body must average `--min-request-rate` bytes a second once the idle
+/// timeout's grace is spent: one trickled at ~650 B/s (every read well
+/// inside the idle timeout) gets 408; one at ~4 KB/s is served.
+#[test]
+fn a_body_slower_than_the_minimum_rate_gets_408() {
+    let flags = ["--cores", "1", "--idle-timeout-ms", "1500"];
+    let s = Server::start(&[&flags[..], &["--min-request-rate", "1000"]].concat());
+    let path = "/v1/stream/paced";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let trickle = |c: &mut Conn, piece: usize, pieces: usize| {
+        for _ in 0..pieces {
+            if c.try_send_raw(&vec![b'c'; piece]).is_err() {
+                return;
+            }
+            thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    let mut slow = Conn::open(s.addr);
+    slow.send_raw(post_head(path, 100_000).as_bytes());
+    let started = std::time::Instant::now();
+    // ~650 B/s falls behind 1.5 s + 1 s per 1,000 B after ~4.3 s.
+    trickle(&mut slow, 130, 40);
+    let r = slow.read_response();
+    assert_eq!(r.status, 408, "{}", r.text());
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    let mut paced = Conn::open(s.addr);
+    paced.send_raw(post_head(path, 800 * 20).as_bytes());
+    trickle(&mut paced, 800, 20);
+    assert_eq!(paced.read_response().status, 204);
+}
+
+fn post_head(path: &str, len: usize) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {len}\r\n\r\n"
+    )
 }

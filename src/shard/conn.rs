@@ -1,7 +1,7 @@
 //! One HTTP/1.1 connection on its shard: read a head (with limits and
 //! timeouts), hand the connection to the owning shard when the request
-//! addresses another shard's stream, read the body (Content-Length or
-//! chunked, answering `Expect: 100-continue`), dispatch, repeat.
+//! addresses another shard's stream, read the body (`body.rs`), dispatch,
+//! repeat.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -17,18 +17,15 @@ use monoio::net::TcpStream;
 
 use super::mesh::MeshMsg;
 use super::signal::Signal;
-use super::{Shard, dispatch, placement};
-use crate::http::chunked::ChunkedDecoder;
-use crate::http::parse::{
-    BodyKind, HttpError, Limits, Method, RequestHead, check_host, parse_head,
-};
+use super::{Shard, body, dispatch, placement};
+use crate::http::parse::{HttpError, Limits, Method, RequestHead, check_host, parse_head};
 use crate::http::render::{self, Framing};
 use crate::metrics::{Counter, Route};
 use crate::protocol::{Response, headers, router};
 
-const READ_CHUNK: usize = 16 << 10;
+pub(super) const READ_CHUNK: usize = 16 << 10;
 
-enum Fill {
+pub(super) enum Fill {
     Data,
     Eof,
     Timeout,
@@ -37,7 +34,7 @@ enum Fill {
 /// Reads more bytes onto the end of `buf`. A read that would block (a
 /// socket left non-blocking by its previous owner) waits for readability
 /// and tries again instead of being taken for a closed connection.
-async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> Fill {
+pub(super) async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> Fill {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let mut owned = std::mem::take(buf);
@@ -284,7 +281,7 @@ pub async fn send_piece(socket: &mut TcpStream, streamed: render::Streamed, byte
     out.is_empty() || write_bytes(socket, out).await
 }
 
-fn http_error(e: &HttpError) -> Response {
+pub(super) fn http_error(e: &HttpError) -> Response {
     Response::error(e.status(), e.code(), &e.message())
 }
 
@@ -336,94 +333,6 @@ async fn read_head(
                 ));
             }
         }
-    }
-}
-
-/// Leases on the request body bytes a connection holds
-/// (`--max-request-bytes`); bodies under `COUNTED_BYTES` take none.
-type BodyLeases = Vec<super::replies::ReplyLease>;
-
-/// Takes `bytes` more of the body budget, or answers 503.
-fn lease_body(shard: &Shard, leases: &mut BodyLeases, bytes: u64) -> Result<(), Response> {
-    let lease = shard
-        .lease_body(bytes)
-        .ok_or_else(super::replies::bodies_busy)?;
-    leases.push(lease);
-    Ok(())
-}
-
-/// Chunked bodies lease their bytes this much at a time as they grow.
-const CHUNKED_LEASE_BYTES: usize = 1 << 20;
-
-async fn read_body(
-    (shard, socket): (&Shard, &mut TcpStream),
-    buf: &mut Vec<u8>,
-    head: &RequestHead,
-    limits: &Limits,
-    idle: Duration,
-) -> Result<(Vec<u8>, BodyLeases), Response> {
-    let mut leases = BodyLeases::new();
-    if let BodyKind::Length(len) = head.body
-        && len >= super::replies::COUNTED_BYTES as u64
-    {
-        lease_body(shard, &mut leases, len)?;
-    }
-    let expects_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
-    if head.expect_continue
-        && expects_body
-        && buf.is_empty()
-        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
-    {
-        return Err(Response::error(400, "disconnected", "client went away"));
-    }
-    match head.body {
-        BodyKind::None => Ok((Vec::new(), leases)),
-        BodyKind::Length(len) => {
-            let len = len as usize;
-            // Room for a large body at once (its bytes are leased above),
-            // so it is not copied as the buffer grows; a read chunk more
-            // keeps `fill` from growing it at the end. A smaller one grows
-            // as its bytes arrive: nothing is held for a stalled client.
-            if len >= super::replies::COUNTED_BYTES && buf.capacity() < len {
-                buf.reserve_exact(len + READ_CHUNK - buf.len());
-            }
-            while buf.len() < len {
-                stalled(fill(socket, buf, idle).await)?;
-            }
-            let rest = buf.split_off(len);
-            Ok((std::mem::replace(buf, rest), leases))
-        }
-        BodyKind::Chunked => {
-            let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
-            let mut body = Vec::new();
-            loop {
-                let used = decoder.decode(buf, &mut body).map_err(|e| http_error(&e))?;
-                buf.drain(..used);
-                while body.len() >= (leases.len() + 1) * CHUNKED_LEASE_BYTES {
-                    lease_body(shard, &mut leases, CHUNKED_LEASE_BYTES as u64)?;
-                }
-                if decoder.is_done() {
-                    return Ok((body, leases));
-                }
-                stalled(fill(socket, buf, idle).await)?;
-            }
-        }
-    }
-}
-
-fn stalled(fill: Fill) -> Result<(), Response> {
-    match fill {
-        Fill::Data => Ok(()),
-        Fill::Eof => Err(Response::error(
-            400,
-            "truncated_body",
-            "connection closed inside the body",
-        )),
-        Fill::Timeout => Err(Response::error(
-            408,
-            "request_timeout",
-            "request body not received in time",
-        )),
     }
 }
 
@@ -520,7 +429,8 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let route = Route::of(&target);
         let started = std::time::Instant::now();
         buf.drain(..head.head_len);
-        let read = read_body((&shard, &mut socket), &mut buf, &head, &limits, idle).await;
+        let pace = body::Pace::new(idle, shard.config.min_request_rate);
+        let read = body::read_body((&shard, &mut socket), &mut buf, &head, &limits, pace).await;
         // The body's leases are held until the request is handled.
         let (body, _leases) = match read {
             Ok(read) => read,

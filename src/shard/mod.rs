@@ -5,6 +5,7 @@
 pub mod audience;
 pub mod batch;
 pub mod blobs;
+pub mod body;
 pub mod bootstrap;
 pub mod buckets;
 pub mod cleaner;
@@ -147,10 +148,11 @@ impl Shard {
             .ok_or_else(replies::busy)
     }
 
-    /// A lease on `bytes` of request body (`--max-request-bytes` ÷ shards).
-    pub fn lease_body(&self, bytes: u64) -> Option<replies::ReplyLease> {
+    /// A lease on `bytes` more of request body (`--max-request-bytes` ÷
+    /// shards) for a request that holds `mine` already.
+    pub fn lease_body(&self, bytes: u64, mine: u64) -> Option<replies::ReplyLease> {
         let limit = self.config.max_request_bytes / self.config.cores as u64;
-        self.bodies.lease(bytes, limit)
+        self.bodies.lease_more(bytes, limit, mine)
     }
 
     /// Lets the shard's other tasks run: work that would otherwise hold the

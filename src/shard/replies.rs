@@ -34,8 +34,15 @@ impl ReplyBudget {
     /// A lease on `bytes`, unless that would take the held bytes past
     /// `limit` (a reply larger than the whole limit still goes out alone).
     pub fn lease(self: &Rc<Self>, bytes: u64, limit: u64) -> Option<ReplyLease> {
+        self.lease_more(bytes, limit, 0)
+    }
+
+    /// A further lease for a holder of `mine` bytes already: when it alone
+    /// holds the budget it may grow past `limit`, as one large reply may.
+    pub fn lease_more(self: &Rc<Self>, bytes: u64, limit: u64, mine: u64) -> Option<ReplyLease> {
         let held = self.held.get();
-        if held > 0 && held + bytes > limit {
+        debug_assert!(held >= mine, "a holder holds more than the budget");
+        if held > mine && held + bytes > limit {
             return None;
         }
         self.held.set(held + bytes);
@@ -85,5 +92,13 @@ mod tests {
         assert!(budget.lease(1, 60).is_none());
         drop((a, b));
         assert!(budget.lease(60, 60).is_some(), "all given back");
+        let mine = budget.lease(50, 60).unwrap();
+        let more = budget.lease_more(50, 60, 50).expect("alone it grows");
+        let other = budget.lease(1, 60);
+        assert!(other.is_none(), "others wait for it");
+        drop((mine, more));
+        let other = budget.lease(30, 60).unwrap();
+        assert!(budget.lease_more(40, 60, 0).is_none());
+        drop(other);
     }
 }

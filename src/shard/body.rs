@@ -1,0 +1,227 @@
+//! A request's body as it arrives (RFC 9112 §6: Content-Length or chunked),
+//! answering `Expect: 100-continue`, under two bounds an abusive or stalled
+//! sender meets: bytes held are leased from the shard's share of
+//! `--max-request-bytes` as they arrive (never on a declared length alone),
+//! and the body must keep an average pace (`--min-request-rate`, after an
+//! `--idle-timeout-ms` grace, as Apache's mod_reqtimeout `MinRate` does).
+
+use std::time::{Duration, Instant};
+
+use monoio::net::TcpStream;
+
+use super::Shard;
+use super::conn::{Fill, READ_CHUNK, fill, http_error, write_bytes};
+use super::replies::{COUNTED_BYTES, ReplyLease, bodies_busy};
+use crate::http::chunked::ChunkedDecoder;
+use crate::http::parse::{BodyKind, Limits, RequestHead};
+use crate::protocol::Response;
+
+/// Leases on the request body bytes a connection holds; bodies under
+/// `COUNTED_BYTES` take none (a read buffer's worth).
+pub type BodyLeases = Vec<ReplyLease>;
+
+/// The first lease of a counted body; later ones double what is leased, so
+/// a large body takes a few leases and its buffer a few reallocations.
+const FIRST_LEASE_BYTES: u64 = COUNTED_BYTES as u64;
+
+/// How long a body may still take: the idle timeout bounds each wait, and
+/// the whole body's deadline moves out one second per `min_rate` bytes.
+pub struct Pace {
+    started: Instant,
+    idle: Duration,
+    min_rate: u64,
+}
+
+impl Pace {
+    pub fn new(idle: Duration, min_rate: u64) -> Pace {
+        Pace {
+            started: Instant::now(),
+            idle,
+            min_rate,
+        }
+    }
+
+    /// How long the next read may wait once `arrived` bytes came; `None`
+    /// when the body is already behind its pace.
+    fn wait(&self, arrived: u64) -> Option<Duration> {
+        if self.min_rate == 0 {
+            return Some(self.idle);
+        }
+        let earned = Duration::from_secs_f64(arrived as f64 / self.min_rate as f64);
+        let deadline = self.started + self.idle + earned;
+        let left = deadline.checked_duration_since(Instant::now())?;
+        Some(left.min(self.idle)).filter(|left| !left.is_zero())
+    }
+}
+
+/// The body leases of one request, taken ahead of what arrives.
+struct Leases<'a> {
+    shard: &'a Shard,
+    held: BodyLeases,
+    leased: u64,
+    /// Where leasing stops: the declared length, or the body limit.
+    total: u64,
+}
+
+impl Leases<'_> {
+    /// Makes sure a read's worth past `arrived` is leased (or everything
+    /// up to `total`); `Err` with the 503 when the shard's share is spent.
+    fn cover(&mut self, arrived: u64) -> Result<u64, Response> {
+        let wanted = (arrived + READ_CHUNK as u64).min(self.total);
+        if wanted > self.leased {
+            let next = (self.leased * 2)
+                .max(arrived + FIRST_LEASE_BYTES)
+                .min(self.total);
+            let lease = self.shard.lease_body(next - self.leased, self.leased);
+            self.held.push(lease.ok_or_else(bodies_busy)?);
+            self.leased = next;
+        }
+        debug_assert!(self.leased >= wanted);
+        Ok(self.leased)
+    }
+}
+
+pub async fn read_body(
+    (shard, socket): (&Shard, &mut TcpStream),
+    buf: &mut Vec<u8>,
+    head: &RequestHead,
+    limits: &Limits,
+    pace: Pace,
+) -> Result<(Vec<u8>, BodyLeases), Response> {
+    let expects_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
+    if head.expect_continue
+        && expects_body
+        && buf.is_empty()
+        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
+    {
+        return Err(Response::error(400, "disconnected", "client went away"));
+    }
+    let total = match head.body {
+        BodyKind::None => return Ok((Vec::new(), BodyLeases::new())),
+        BodyKind::Length(len) => len,
+        BodyKind::Chunked => limits.max_body_bytes,
+    };
+    let leases = Leases {
+        shard,
+        held: BodyLeases::new(),
+        leased: 0,
+        total,
+    };
+    match head.body {
+        BodyKind::Length(len) if len < COUNTED_BYTES as u64 => {
+            let body = read_length(socket, buf, len as usize, &pace).await?;
+            Ok((body, BodyLeases::new()))
+        }
+        BodyKind::Length(_) => read_counted(socket, buf, leases, &pace).await,
+        _ => read_chunked(socket, buf, leases, limits, &pace).await,
+    }
+}
+
+/// A small body: it grows with its bytes like any read buffer.
+async fn read_length(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    len: usize,
+    pace: &Pace,
+) -> Result<Vec<u8>, Response> {
+    while buf.len() < len {
+        next_read(socket, buf, pace, buf.len() as u64).await?;
+    }
+    let rest = buf.split_off(len);
+    Ok(std::mem::replace(buf, rest))
+}
+
+/// A large Content-Length body: the buffer grows to what is leased, a read
+/// chunk more so `fill` never grows it itself.
+async fn read_counted(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mut leases: Leases<'_>,
+    pace: &Pace,
+) -> Result<(Vec<u8>, BodyLeases), Response> {
+    let len = leases.total as usize;
+    while buf.len() < len {
+        let leased = leases.cover(buf.len() as u64)? as usize;
+        if buf.capacity() < leased + READ_CHUNK {
+            buf.reserve_exact(leased + READ_CHUNK - buf.len());
+        }
+        next_read(socket, buf, pace, buf.len() as u64).await?;
+    }
+    let rest = buf.split_off(len);
+    Ok((std::mem::replace(buf, rest), leases.held))
+}
+
+async fn read_chunked(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mut leases: Leases<'_>,
+    limits: &Limits,
+    pace: &Pace,
+) -> Result<(Vec<u8>, BodyLeases), Response> {
+    let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
+    let mut body = Vec::new();
+    let mut arrived = buf.len() as u64;
+    loop {
+        let used = decoder.decode(buf, &mut body).map_err(|e| http_error(&e))?;
+        buf.drain(..used);
+        if body.len() >= COUNTED_BYTES {
+            leases.cover(body.len() as u64)?;
+        }
+        if decoder.is_done() {
+            return Ok((body, leases.held));
+        }
+        let before = buf.len();
+        next_read(socket, buf, pace, arrived).await?;
+        arrived += (buf.len() - before) as u64;
+    }
+}
+
+/// Reads more of a body that has `arrived` bytes so far, within its pace.
+async fn next_read(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    pace: &Pace,
+    arrived: u64,
+) -> Result<(), Response> {
+    let Some(wait) = pace.wait(arrived) else {
+        return Err(too_slow());
+    };
+    match fill(socket, buf, wait).await {
+        Fill::Data => Ok(()),
+        Fill::Eof => Err(Response::error(
+            400,
+            "truncated_body",
+            "connection closed inside the body",
+        )),
+        Fill::Timeout => Err(too_slow()),
+    }
+}
+
+fn too_slow() -> Response {
+    Response::error(408, "request_timeout", "request body not received in time")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pace_allows_the_idle_grace_then_a_second_per_min_rate_bytes() {
+        let idle = Duration::from_secs(2);
+        let mut pace = Pace::new(idle, 1000);
+        assert_eq!(pace.wait(0).map(|w| w <= idle), Some(true));
+        pace.started -= Duration::from_secs(5);
+        assert_eq!(pace.wait(2000), None, "5 s for 2,000 bytes: behind");
+        let left = pace.wait(4000).expect("4,000 bytes earn 4 s + 2 s");
+        assert!(left > Duration::from_millis(900) && left <= Duration::from_secs(1));
+        assert_eq!(pace.wait(1 << 30), Some(idle), "a wait is never past idle");
+    }
+
+    #[test]
+    fn without_a_floor_only_the_idle_timeout_bounds_a_wait() {
+        let idle = Duration::from_secs(2);
+        let mut pace = Pace::new(idle, 0);
+        pace.started -= Duration::from_secs(3600);
+        assert_eq!(pace.wait(0), Some(idle));
+    }
+}
