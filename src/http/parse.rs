@@ -298,14 +298,22 @@ fn map_httparse_error(e: httparse::Error, window: &[u8]) -> HttpError {
     }
 }
 
-/// Whether the request line ends in a syntactically valid `HTTP/d.d`.
+/// Whether the request line is `method SP target SP HTTP/d.d`: a version
+/// refused for its number (505), not a line whose target holds a raw space
+/// (400, RFC 9112 §3.2).
 fn looks_like_http_version(window: &[u8]) -> bool {
     let Some(start) = request_line_version(window) else {
         return false;
     };
     let rest = &window[start..];
     let end = memchr::memchr2(b'\r', b'\n', rest).unwrap_or(rest.len());
-    matches!(&rest[..end], [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
+    let line_start = window[..start]
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let spaces = memchr::memchr_iter(b' ', &window[line_start..start]).count();
+    spaces == 2
+        && matches!(&rest[..end], [b'H', b'T', b'T', b'P', b'/', major, b'.', minor]
         if major.is_ascii_digit() && minor.is_ascii_digit())
 }
 
@@ -655,6 +663,12 @@ mod tests {
         ));
         assert!(malformed("GET / HTTP/1.2 \r\n\r\n") && malformed("GET /\x01 HTTP/1.2\r\n\r\n"));
         assert_eq!(err("GET / HTTP/2.0\r\n\r\n"), UnsupportedVersion);
+        let spaced = err("GET /a b HTTP/1.1\r\nHost: h\r\n\r\n");
+        assert!(
+            matches!(spaced, Malformed(_)),
+            "a raw space in the target: {spaced:?}"
+        );
+        assert_eq!(err("\r\nGET / HTTP/3.0\r\n\r\n"), UnsupportedVersion);
         assert!(malformed("GET / HTTX/1.1\r\n\r\n") && malformed("GET / HTTP/1\r\n\r\n"));
     }
 
