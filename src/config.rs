@@ -141,6 +141,9 @@ impl Default for Config {
     }
 }
 
+/// The longest timeout or interval a setting may name.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
+
 pub const SERVE_HELP: &str = "\
 rill serve: run the Durable Streams server
 
@@ -347,6 +350,19 @@ impl Config {
         {
             return Err("timeouts must be positive".into());
         }
+        // The runtime's timers reach about two years; a day is past any use.
+        let timeouts = [
+            self.long_poll_timeout_ms,
+            self.sse_cycle_ms,
+            self.idle_timeout_ms,
+            self.clean_interval_ms,
+            self.shutdown_timeout_ms,
+        ];
+        if timeouts.iter().any(|&ms| ms > MAX_TIMEOUT_MS) {
+            return Err(format!(
+                "timeouts must be at most {MAX_TIMEOUT_MS} ms (a day)"
+            ));
+        }
         // Room for the largest record: a body with its head's strings (key,
         // content type, attributes, Stream-Seq) and the entry's own fields.
         let head_room = (64 << 10).max(self.max_head_bytes as u64 + (16 << 10));
@@ -510,6 +526,12 @@ mod tests {
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
         assert!(Config::from_args(&args(&["--shutdown-timeout-ms", "0"])).is_err());
+        // Longer would panic the runtime's timers at the first wait.
+        let day = MAX_TIMEOUT_MS.to_string();
+        assert!(Config::from_args(&args(&["--idle-timeout-ms", &day])).is_ok());
+        let huge = u64::MAX.to_string();
+        assert!(Config::from_args(&args(&["--idle-timeout-ms", &huge])).is_err());
+        assert!(Config::from_args(&args(&["--long-poll-timeout-ms", &huge])).is_err());
         // The index keeps file positions in 32 bits.
         let most = (1u64 << 32).to_string();
         assert!(Config::from_args(&args(&["--segment-bytes", &most])).is_ok());

@@ -272,6 +272,29 @@ fn slow_senders_of_large_bodies_do_not_hold_the_budget() {
     drop(slow);
 }
 
+/// A client that waits for `100 Continue` is not invited to send a body
+/// the shard has no room for: with 2 MiB (one shard) all held by one body
+/// (the harness's largest), the waiting client's first answer is the 503.
+#[test]
+fn no_continue_for_a_body_without_room() {
+    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
+    let path = "/v1/stream/continued";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let body = vec![b'd'; 2 << 20];
+    let mut big = Conn::open(s.addr);
+    big.send_raw(post_head(path, body.len()).as_bytes());
+    big.send_raw(&body[..3 << 19]);
+    thread::sleep(std::time::Duration::from_millis(500));
+    let mut waiting = Conn::open(s.addr);
+    let head = post_head(path, 1 << 20).replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
+    waiting.send_raw(head.as_bytes());
+    let first = waiting.read_head();
+    assert_eq!(first.status, 503, "{:?}", first.headers);
+    big.send_raw(&body[3 << 19..]);
+    assert_eq!(big.read_response().status, 204);
+}
+
 /// A body must average `--min-request-rate` bytes a second once the idle
 /// timeout's grace is spent: one trickled at ~650 B/s (every read well
 /// inside the idle timeout) gets 408; one at ~4 KB/s is served.

@@ -88,27 +88,32 @@ pub async fn read_body(
     limits: &Limits,
     pace: Pace,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
-    let expects_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
-    if head.expect_continue
-        && expects_body
-        && buf.is_empty()
-        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
-    {
-        return Err(Response::error(400, "disconnected", "client went away"));
-    }
     let total = match head.body {
         BodyKind::None => return Ok((Vec::new(), BodyLeases::new())),
         BodyKind::Length(len) => len,
         BodyKind::Chunked => limits.max_body_bytes,
     };
-    let leases = Leases {
+    let mut leases = Leases {
         shard,
         held: BodyLeases::new(),
         leased: 0,
         total,
     };
+    let counted = matches!(head.body, BodyKind::Length(len) if len >= COUNTED_BYTES as u64);
+    if counted {
+        // Before `100 Continue`: a client told to wait is not invited to
+        // send a body the shard has no room for (RFC 9110 §10.1.1).
+        leases.cover(buf.len() as u64)?;
+    }
+    if head.expect_continue
+        && total > 0
+        && buf.is_empty()
+        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
+    {
+        return Err(Response::error(400, "disconnected", "client went away"));
+    }
     match head.body {
-        BodyKind::Length(len) if len < COUNTED_BYTES as u64 => {
+        BodyKind::Length(len) if !counted => {
             let body = read_length(socket, buf, len as usize, &pace).await?;
             Ok((body, BodyLeases::new()))
         }
@@ -147,6 +152,9 @@ async fn read_counted(
         }
         next_read(socket, buf, pace, buf.len() as u64).await?;
     }
+    // What came with the head, or filled room the buffer had before its
+    // leases, is covered too.
+    leases.cover(len as u64)?;
     let rest = buf.split_off(len);
     Ok((std::mem::replace(buf, rest), leases.held))
 }

@@ -73,8 +73,9 @@ const LINGER_BYTES: usize = 64 << 20;
 /// unread bytes, the socket would send a reset, and the client's kernel
 /// would discard the response before a client that writes its whole body
 /// first had read it. A stopping shard does not wait for it.
-async fn linger_close(mut socket: TcpStream, mut buf: Vec<u8>, idle: &Idle) {
+async fn linger_close(mut socket: TcpStream, idle: &Idle) {
     let _ = socket.shutdown().await;
+    let mut buf = Vec::with_capacity(READ_CHUNK);
     let deadline = std::time::Instant::now() + LINGER;
     let mut drained = 0;
     while drained < LINGER_BYTES {
@@ -417,9 +418,10 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
+                drop(buf);
                 respond(&shard, &mut socket, resp, false, false).await;
                 shard.metrics.finish_request(fd, Route::Other);
-                return linger_close(socket, buf, &waiting).await;
+                return linger_close(socket, &waiting).await;
             }
         };
         let target = router::route(&head.raw_path);
@@ -435,9 +437,12 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let (body, _leases) = match read {
             Ok(read) => read,
             Err(resp) => {
+                // A refused body's buffer (MiBs, perhaps) is not kept for
+                // the lingering close once its leases are gone.
+                drop(buf);
                 respond(&shard, &mut socket, resp, false, false).await;
                 finished(&shard, fd, route, &head, started);
-                return linger_close(socket, buf, &waiting).await;
+                return linger_close(socket, &waiting).await;
             }
         };
         let keep = dispatch::handle(&shard, &mut socket, &head, body, target).await;
