@@ -147,8 +147,8 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
                 }
                 None => false,
             };
-            let streams = live_streams(shard, &bucket);
-            let _ = reply.send(registered.then_some(streams));
+            let holds = holds_live_streams(shard, &bucket);
+            let _ = reply.send(registered.then_some(holds));
         }
         MeshMsg::BucketDeleted { bucket, ack } => {
             delete_soft_deleted(shard, &bucket);
@@ -215,14 +215,16 @@ async fn count(shard: &Shard, bucket: &str) -> usize {
     }
 }
 
-/// Streams of `bucket` on this shard that a bucket delete must wait for:
-/// every stream of the head state, durable or not, but soft-deleted sources
-/// of forks (gone for clients, and not counted by the bucket's listing:
-/// §1.5's "empty" is what the client sees); expired ones are reaped.
-fn live_streams(shard: &Shard, bucket: &str) -> usize {
+/// Whether this shard holds a stream of `bucket` that a bucket delete must
+/// wait for: any stream of the head state, durable or not, but soft-deleted
+/// sources of forks (gone for clients, and not counted by the bucket's
+/// listing: §1.5's "empty" is what the client sees). Expired ones passed on
+/// the way are reaped. The walk stops at the first live stream, so a delete
+/// of a large bucket still in use is refused without walking all of it.
+fn holds_live_streams(shard: &Shard, bucket: &str) -> bool {
     let key_prefix = format!("{bucket}/");
     let now_ms = clock::now_ms();
-    let mut live = 0;
+    let mut holds = false;
     let mut reaps = Vec::new();
     for (key, stream) in shard.table.borrow().keys_with_prefix(&key_prefix) {
         match (stream.is_expired(now_ms), stream.soft_deleted) {
@@ -231,13 +233,16 @@ fn live_streams(shard: &Shard, bucket: &str) -> usize {
                 stream_id: stream.id,
             }),
             (false, true) => {}
-            (false, false) => live += 1,
+            (false, false) => {
+                holds = true;
+                break;
+            }
         }
     }
     if !reaps.is_empty() {
         drop(shard.submit(reaps));
     }
-    live
+    holds
 }
 
 /// A bucket delete takes the soft-deleted sources of forks with it: logged
@@ -422,7 +427,7 @@ fn change_record(
     }
 }
 
-fn freeze(bucket: &str, frozen: bool) -> impl Fn(flume::Sender<Option<usize>>) -> MeshMsg {
+fn freeze(bucket: &str, frozen: bool) -> impl Fn(flume::Sender<Option<bool>>) -> MeshMsg {
     move |reply| MeshMsg::BucketFreeze {
         bucket: bucket.to_string(),
         frozen,
@@ -479,17 +484,17 @@ enum Deletion {
 }
 
 /// Freezes `bucket` on every shard (no stream create passes a frozen
-/// bucket) while counting its streams, then logs its delete everywhere if
-/// it is empty. Freezing and counting happen in one step on each shard, so
-/// no create can slip in between.
+/// bucket) while looking for its streams, then logs its delete everywhere
+/// if it is empty. Freezing and looking happen in one step on each shard,
+/// so no create can slip in between.
 async fn delete_everywhere(shard: &Shard, bucket: &str) -> Deletion {
-    let Some(counts) = shard.mesh.gather(freeze(bucket, true)).await.all() else {
-        // A shard that stopped did not count its streams.
+    let Some(holds) = shard.mesh.gather(freeze(bucket, true)).await.all() else {
+        // A shard that stopped did not look at its streams.
         shard.mesh.gather(freeze(bucket, false)).await;
         let (reply, committed) = (shard_stopping(), false);
         return Deletion::Failed { reply, committed };
     };
-    if counts.into_iter().flatten().sum::<usize>() > 0 {
+    if holds.into_iter().flatten().any(|holds| holds) {
         shard.mesh.gather(freeze(bucket, false)).await;
         return Deletion::NotEmpty;
     }

@@ -25,13 +25,13 @@ pub enum MeshMsg {
         created_at_ms: u64,
         ack: flume::Sender<Result<(), CommitError>>,
     },
-    /// Freeze (or thaw) a bucket against stream creation and report how
-    /// many streams of it this shard holds, in one step (None when the
+    /// Freeze (or thaw) a bucket against stream creation and report
+    /// whether this shard holds streams of it, in one step (None when the
     /// bucket is not in this shard's registry).
     BucketFreeze {
         bucket: String,
         frozen: bool,
-        reply: flume::Sender<Option<usize>>,
+        reply: flume::Sender<Option<bool>>,
     },
     /// Replicate a bucket deletion; acknowledge whether it committed.
     BucketDeleted {
