@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use monoio::net::TcpStream;
 
 use super::Shard;
-use super::conn::{Fill, READ_CHUNK, fill, http_error, write_bytes};
+use super::conn::{Fill, READ_CHUNK, fill_to, http_error, write_bytes};
 use super::replies::{COUNTED_BYTES, ReplyLease, bodies_busy};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::parse::{BodyKind, Limits, RequestHead};
@@ -130,14 +130,14 @@ async fn read_length(
     pace: &Pace,
 ) -> Result<Vec<u8>, Response> {
     while buf.len() < len {
-        next_read(socket, buf, pace, buf.len() as u64).await?;
+        next_read(socket, buf, pace, (buf.len() as u64, usize::MAX)).await?;
     }
     let rest = buf.split_off(len);
     Ok(std::mem::replace(buf, rest))
 }
 
-/// A large Content-Length body: the buffer grows to what is leased, a read
-/// chunk more so `fill` never grows it itself.
+/// A large Content-Length body, read no further than its leases reach (a
+/// read chunk past them).
 async fn read_counted(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
@@ -145,12 +145,21 @@ async fn read_counted(
     pace: &Pace,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
     let len = leases.total as usize;
+    // Room for all of it at once: address space, not memory (its pages are
+    // touched only as leased bytes arrive), so a large body is not copied
+    // as it grows (session 10's profile: 8.7 % of a 1 MiB append's CPU).
+    // Where the kernel will not promise that much (strict overcommit), the
+    // buffer grows with the leases instead.
+    if buf.capacity() < len + READ_CHUNK {
+        let _ = buf.try_reserve_exact(len + READ_CHUNK - buf.len());
+    }
     while buf.len() < len {
         let leased = leases.cover(buf.len() as u64)? as usize;
-        if buf.capacity() < leased + READ_CHUNK {
-            buf.reserve_exact(leased + READ_CHUNK - buf.len());
+        let end = leased + READ_CHUNK;
+        if buf.capacity() < end {
+            buf.reserve_exact(end - buf.len());
         }
-        next_read(socket, buf, pace, buf.len() as u64).await?;
+        next_read(socket, buf, pace, (buf.len() as u64, end)).await?;
     }
     // What came with the head, or filled room the buffer had before its
     // leases, is covered too.
@@ -179,22 +188,23 @@ async fn read_chunked(
             return Ok((body, leases.held));
         }
         let before = buf.len();
-        next_read(socket, buf, pace, arrived).await?;
+        next_read(socket, buf, pace, (arrived, usize::MAX)).await?;
         arrived += (buf.len() - before) as u64;
     }
 }
 
-/// Reads more of a body that has `arrived` bytes so far, within its pace.
+/// Reads more of a body that has `arrived` bytes so far, within its pace,
+/// filling `buf` no further than `end`.
 async fn next_read(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     pace: &Pace,
-    arrived: u64,
+    (arrived, end): (u64, usize),
 ) -> Result<(), Response> {
     let Some(wait) = pace.wait(arrived) else {
         return Err(too_slow());
     };
-    match fill(socket, buf, wait).await {
+    match fill_to(socket, buf, wait, end).await {
         Fill::Data => Ok(()),
         Fill::Eof => Err(Response::error(
             400,

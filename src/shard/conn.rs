@@ -35,13 +35,25 @@ pub(super) enum Fill {
 /// socket left non-blocking by its previous owner) waits for readability
 /// and tries again instead of being taken for a closed connection.
 pub(super) async fn fill(socket: &mut TcpStream, buf: &mut Vec<u8>, timeout: Duration) -> Fill {
+    fill_to(socket, buf, timeout, usize::MAX).await
+}
+
+/// `fill`, reading no further than `end` bytes into `buf` (when its room
+/// reaches past `end`).
+pub(super) async fn fill_to(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    timeout: Duration,
+    end: usize,
+) -> Fill {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let mut owned = std::mem::take(buf);
         if owned.capacity() - owned.len() < READ_CHUNK / 2 {
             owned.reserve(READ_CHUNK);
         }
-        let (len, cap) = (owned.len(), owned.capacity());
+        let len = owned.len();
+        let cap = owned.capacity().min(end.max(len + 1));
         let read = socket.read(owned.slice_mut(len..cap));
         let Ok((result, slice)) = monoio::time::timeout_at(deadline.into(), read).await else {
             return Fill::Timeout;
