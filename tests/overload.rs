@@ -220,10 +220,7 @@ fn a_low_soft_limit_on_open_files_is_raised() {
 /// next goes through.
 #[test]
 fn large_bodies_arriving_at_once_are_bounded() {
-    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
-    let path = "/v1/stream/bodies";
-    let octets = [("Content-Type", "application/octet-stream")];
-    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let (s, path) = (budget_server("bodies"), "/v1/stream/bodies");
     let body = vec![b'a'; 3 << 19];
     let head = post_head(path, body.len());
     let mut first = Conn::open(s.addr);
@@ -245,7 +242,7 @@ fn large_bodies_arriving_at_once_are_bounded() {
     assert_eq!(second.header("retry-after"), Some("1"));
     first.send_raw(&body[5 << 18..]);
     assert_eq!(first.read_response().status, 204);
-    assert_eq!(req(s.addr, "POST", path, &octets, &body).status, 204);
+    assert_eq!(req(s.addr, "POST", path, &OCTETS, &body).status, 204);
 }
 
 /// A declared Content-Length leases nothing until its bytes come: senders
@@ -253,10 +250,7 @@ fn large_bodies_arriving_at_once_are_bounded() {
 /// so with 2 MiB (one shard) a 1.5 MiB body beside six of them is served.
 #[test]
 fn slow_senders_of_large_bodies_do_not_hold_the_budget() {
-    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
-    let path = "/v1/stream/trickled";
-    let octets = [("Content-Type", "application/octet-stream")];
-    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let (s, path) = (budget_server("trickled"), "/v1/stream/trickled");
     let body = vec![b'b'; 3 << 19];
     let slow: Vec<Conn> = (0..6)
         .map(|_| {
@@ -267,7 +261,7 @@ fn slow_senders_of_large_bodies_do_not_hold_the_budget() {
         })
         .collect();
     thread::sleep(std::time::Duration::from_millis(300));
-    let r = req(s.addr, "POST", path, &octets, &body);
+    let r = req(s.addr, "POST", path, &OCTETS, &body);
     assert_eq!(r.status, 204, "{}", r.text());
     drop(slow);
 }
@@ -277,10 +271,7 @@ fn slow_senders_of_large_bodies_do_not_hold_the_budget() {
 /// (the harness's largest), the waiting client's first answer is the 503.
 #[test]
 fn no_continue_for_a_body_without_room() {
-    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
-    let path = "/v1/stream/continued";
-    let octets = [("Content-Type", "application/octet-stream")];
-    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let (s, path) = (budget_server("continued"), "/v1/stream/continued");
     let body = vec![b'd'; 2 << 20];
     let mut big = Conn::open(s.addr);
     big.send_raw(post_head(path, body.len()).as_bytes());
@@ -303,8 +294,7 @@ fn a_body_slower_than_the_minimum_rate_gets_408() {
     let flags = ["--cores", "1", "--idle-timeout-ms", "1500"];
     let s = Server::start(&[&flags[..], &["--min-request-rate", "1000"]].concat());
     let path = "/v1/stream/paced";
-    let octets = [("Content-Type", "application/octet-stream")];
-    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    assert_eq!(req(s.addr, "PUT", path, &OCTETS, b"").status, 201);
     let trickle = |c: &mut Conn, piece: usize, pieces: usize| {
         for _ in 0..pieces {
             if c.try_send_raw(&vec![b'c'; piece]).is_err() {
@@ -326,6 +316,16 @@ fn a_body_slower_than_the_minimum_rate_gets_408() {
     trickle(&mut paced, 800, 20);
     assert_eq!(paced.read_response().status, 204);
 }
+
+/// One shard with a 2 MiB body budget and the byte stream `name` on it.
+fn budget_server(name: &str) -> Server {
+    let s = Server::start(&["--cores", "1", "--max-request-bytes", "2097152"]);
+    let path = format!("/v1/stream/{name}");
+    assert_eq!(req(s.addr, "PUT", &path, &OCTETS, b"").status, 201);
+    s
+}
+
+const OCTETS: [(&str, &str); 1] = [("Content-Type", "application/octet-stream")];
 
 fn post_head(path: &str, len: usize) -> String {
     format!(
