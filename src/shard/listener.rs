@@ -407,6 +407,22 @@ async fn refuse(mut socket: monoio::net::TcpStream, reply: crate::protocol::Resp
     conn::write_bytes(&mut socket, out).await;
 }
 
+/// Answers `reply` on a blocking socket from the shard thread, waiting at
+/// most `REFUSE_WRITE_TIMEOUT` for room (a few hundred bytes: an empty send
+/// buffer takes them at once), then closes it.
+fn refuse_at_once(mut socket: std::net::TcpStream, reply: &crate::protocol::Response) {
+    use std::io::Write;
+    let mut out = Vec::new();
+    let framing = crate::http::render::Framing::Length;
+    crate::http::render::encode(reply, framing, false, false, &mut out);
+    let _ = socket.set_nonblocking(false);
+    let _ = socket.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
+    let _ = socket.write_all(&out);
+    let _ = socket.shutdown(std::net::Shutdown::Write);
+}
+
+const REFUSE_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// At most one accept error is logged per this interval (with how many
 /// were not): out of descriptors, every accept fails for as long as it lasts.
 const ACCEPT_ERROR_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -452,13 +468,13 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
 async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns: Rc<Conns>) {
     while let Ok(msg) = inbox.recv_async().await {
         match msg {
+            // Closed at shutdown: its writes would fail, and a task would
+            // outlive the runtime (the client saw a close): answered here.
+            MeshMsg::Handoff { socket, .. } if shard.commits.is_closed() => {
+                refuse_at_once(socket, &stopped());
+            }
             MeshMsg::Handoff { socket, buffered } => match monoio::net::TcpStream::from_std(socket)
             {
-                // Closed at shutdown: its writes would fail, and its task
-                // would outlive the runtime.
-                Ok(socket) if shard.commits.is_closed() => {
-                    monoio::spawn(refuse(socket, stopped()));
-                }
                 // The limit holds for connections handed over too: else a
                 // busy stream's shard gathers them past it.
                 Ok(socket) if conns.at_limit(&shard) => {
@@ -476,5 +492,23 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
             | MeshMsg::ForkReleased { .. }) => fork::handle_mesh(&shard, msg),
             other => buckets::handle_mesh(&shard, other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    #[test]
+    fn a_refusal_at_once_answers_503_and_closes() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (accepted, _) = listener.accept().unwrap();
+        super::refuse_at_once(accepted, &super::stopped());
+        let mut answer = String::new();
+        client.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(answer.to_ascii_lowercase().contains("retry-after: "), "{answer}");
+        assert!(answer.ends_with("}") && answer.contains("shutting_down"), "{answer}");
     }
 }
