@@ -717,3 +717,45 @@ fn long_poll_past_the_tail_answers_at_once_with_the_tail() {
     assert!(is_true(&r, "stream-up-to-date"));
     assert_digits("Stream-Cursor", r.header("stream-cursor"));
 }
+
+/// PROTOCOL.md §5.8: text data events never carry invalid UTF-8; a window
+/// ending inside a code point is shortened and `streamNextOffset` names
+/// the byte actually sent. At the live tail, a character split across two
+/// appends waits for its end (not U+FFFD for each half); one left
+/// unfinished when the stream closes goes out as U+FFFD with the close.
+#[test]
+fn sse_live_text_holds_a_character_an_append_split() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"");
+    let mut sse = Sse::open(s.addr, &sse_path(&path, "-1"));
+    sse.expect("control", Duration::from_secs(3));
+    let wait = Duration::from_secs(3);
+
+    let tail = append(&s, &path, TEXT, b"x\xE2\x82");
+    assert_eq!(sse.expect_data(wait).data, "x");
+    let c = sse.expect("control", wait).json();
+    assert_ne!(
+        c["streamNextOffset"],
+        tail.as_str(),
+        "the held bytes are not sent"
+    );
+    let at_x = c["streamNextOffset"].as_str().unwrap().to_string();
+    assert_eq!(c["upToDate"], true);
+
+    let tail = append(&s, &path, TEXT, b"\xAC");
+    assert_eq!(sse.expect_data(wait).data, "\u{20ac}");
+    assert_control(&sse.expect("control", wait), &tail, true);
+    // A reader resuming where the first control pointed gets it whole.
+    let r = req(s.addr, "GET", &format!("{path}?offset={at_x}"), &[], b"");
+    assert_eq!(r.body, "€".as_bytes());
+
+    append(&s, &path, TEXT, b"y\xF0\x9F");
+    assert_eq!(sse.expect_data(wait).data, "y");
+    sse.expect("control", wait);
+    let closed_tail = close(&s, &path, TEXT);
+    assert_eq!(sse.expect_data(wait).data, "\u{FFFD}");
+    let last = sse.expect("control", wait).json();
+    assert_eq!(last["streamClosed"], true);
+    assert_eq!(last["streamNextOffset"], closed_tail.as_str());
+}

@@ -31,6 +31,10 @@ pub struct SseCursor {
     pub next: u64,
     /// Whether any control event went out yet.
     pub announced: bool,
+    /// The tail at which the bytes from `next` on are the start of a
+    /// character an append split: nothing is sent until the tail moves or
+    /// the stream closes (§5.8: no invalid UTF-8 in text events).
+    pub held_at: Option<u64>,
 }
 
 /// Everything `SseCursor::emit` reads besides the fetched bytes (which the
@@ -92,13 +96,15 @@ impl SseCursor {
             plan,
             next,
             announced: false,
+            held_at: None,
         }
     }
 
     /// The next window to send, `[start, fetch_end)` with its cut, when
     /// the stream has data past the cursor.
     pub fn next_window(&self, stream: &Stream) -> Option<(u64, u64, Cut)> {
-        if self.next >= stream.tail() {
+        let held = self.held_at == Some(stream.tail()) && !stream.is_closed();
+        if self.next >= stream.tail() || held {
             return None;
         }
         let budget = self
@@ -145,6 +151,7 @@ impl SseCursor {
         debug_assert_eq!(self.plan.key, after.plan.key);
         self.next = after.next;
         self.announced = after.announced;
+        self.held_at = after.held_at;
     }
 
     /// One data event for the fetched window (bytes from `self.next`), then
@@ -166,6 +173,12 @@ impl SseCursor {
             };
         }
         let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
+        let held = self.held_back(stream, &fetched[..(end - start) as usize], end);
+        self.held_at = (held > 0).then_some(stream.tail());
+        let end = end - held;
+        if held > 0 && end == start {
+            return SseStep::default();
+        }
         let mut out = Vec::new();
         let bytes = &fetched[..(end - start) as usize];
         match self.plan.records {
@@ -185,7 +198,7 @@ impl SseCursor {
             _ => write_data_event(&mut out, stream, self.plan.surface, bytes),
         }
         self.next = end;
-        let at_tail = end == stream.tail();
+        let at_tail = end + held == stream.tail();
         if at_tail && stream.is_closed() {
             self.write_closed(&mut out, stream, end);
             return SseStep {
@@ -202,6 +215,20 @@ impl SseCursor {
 
     /// With nothing to send: the final control of a closed (or deleted)
     /// stream, the first control of a response, or a keep-alive control.
+    /// How many bytes at the end of a text window that reaches the tail of
+    /// an open stream begin a character the next append will finish: they
+    /// wait for it, rather than go out as U+FFFD (§5.8 "MUST NOT emit
+    /// invalid UTF-8", windows ending inside a code point are shortened).
+    fn held_back(&self, stream: &Stream, bytes: &[u8], end: u64) -> u64 {
+        let text = self.plan.records.is_none()
+            && !stream.json
+            && content_type::is_sse_text(&stream.content_type);
+        if !text || end != stream.tail() || stream.is_closed() {
+            return 0;
+        }
+        window::split_char_tail(bytes) as u64
+    }
+
     pub fn idle(
         &mut self,
         stream: Option<&Stream>,
@@ -285,9 +312,8 @@ fn write_data_event(out: &mut Vec<u8>, stream: &Stream, surface: Surface, fetche
     // carry UTF-8 text (PROTOCOL.md §5.8): bytes of a text stream that are
     // not UTF-8 go out as U+FFFD, as an SSE client would decode them. Text
     // windows cut by size end on character boundaries
-    // (`window::Cut::Utf8Near`); one that ends at the tail inside a
-    // character an append split gets U+FFFD for its part, as would any
-    // EventSource decoding the two events.
+    // (`window::Cut::Utf8Near`); one that ends at the live tail inside a
+    // character an append split stops before it (`held_back`).
     let body = render_body(stream, surface, fetched);
     write_event(out, "data", String::from_utf8_lossy(&body).as_bytes());
 }

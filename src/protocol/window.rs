@@ -98,10 +98,44 @@ fn utf8_end(data: &[u8], start: u64, limit: u64) -> u64 {
     end.min(data.len() as u64)
 }
 
+/// How many bytes at the end of `data` are a UTF-8 sequence's valid start
+/// that its last byte leaves unfinished (0 when it ends a character, or
+/// with bytes no character could begin with).
+pub fn split_char_tail(data: &[u8]) -> usize {
+    let from = data.len().saturating_sub(3);
+    let Some(lead) = data[from..].iter().rposition(|&b| b & 0xC0 != 0x80) else {
+        return 0;
+    };
+    let lead = from + lead;
+    let width = match data[lead] {
+        0xC2..=0xDF => 2,
+        0xE0..=0xEF => 3,
+        0xF0..=0xF4 => 4,
+        _ => return 0,
+    };
+    let have = data.len() - lead;
+    if have < width { have } else { 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::stream::{Command, Table};
+
+    #[test]
+    fn a_split_character_is_counted_at_the_end_only() {
+        let euro = "€".as_bytes();
+        assert_eq!(split_char_tail(b"x"), 0);
+        assert_eq!(split_char_tail(b""), 0);
+        assert_eq!(split_char_tail(&[b'x', euro[0]]), 1);
+        assert_eq!(split_char_tail(&[b'x', euro[0], euro[1]]), 2);
+        assert_eq!(split_char_tail(euro), 0, "whole");
+        let four = "𝄞".as_bytes();
+        assert_eq!(split_char_tail(&four[..3]), 3);
+        assert_eq!(split_char_tail(&[0x80, 0x80]), 0, "no lead byte");
+        assert_eq!(split_char_tail(&[0xFF]), 0, "no character starts so");
+        assert_eq!(split_char_tail(&[0xC3, b'a']), 0, "broken, not unfinished");
+    }
 
     /// The window end as a reader of the whole stream would compute it.
     fn window_end(s: &Stream, surface: Surface, start: u64, budget: u64) -> u64 {

@@ -508,7 +508,13 @@ mod tests {
         let mut answer = String::new();
         client.read_to_string(&mut answer).unwrap();
         assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
-        assert!(answer.to_ascii_lowercase().contains("retry-after: "), "{answer}");
-        assert!(answer.ends_with("}") && answer.contains("shutting_down"), "{answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("retry-after: "),
+            "{answer}"
+        );
+        assert!(
+            answer.ends_with("}") && answer.contains("shutting_down"),
+            "{answer}"
+        );
     }
 }
