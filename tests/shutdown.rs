@@ -308,3 +308,46 @@ fn a_lingering_refused_connection_does_not_hold_up_the_shutdown() {
     trickle.join().unwrap();
     assert_eq!(code, Some(0), "{}", s.stderr());
 }
+
+/// A request body still arriving when the server stops gets a second more,
+/// then 503 `shutting_down`: slow uploads once held the stop for the whole
+/// shutdown timeout (exit status 1), though nothing of theirs was durable.
+#[test]
+fn a_slow_upload_does_not_hold_up_the_shutdown() {
+    let args = ["--cores", "1", "--shutdown-timeout-ms", "4000"];
+    let mut s = Server::start(&args);
+    let path = "/v1/stream/slow-upload";
+    assert_eq!(
+        Conn::open(s.addr).request("PUT", path, &[TEXT], b"").status,
+        201
+    );
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        1 << 20
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.write_all(&[b'x'; 1024]).unwrap();
+    let reader = c.try_clone().unwrap();
+    // Well inside the idle timeout and above the minimum rate.
+    let trickle = thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(6);
+        while Instant::now() < until && c.write_all(&[b'y'; 2048]).is_ok() {
+            thread::sleep(Duration::from_millis(200));
+        }
+    });
+    thread::sleep(Duration::from_millis(300));
+    let stopping = Instant::now();
+    let code = s.signal_and_wait(libc::SIGTERM, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", s.stderr());
+    assert!(stopping.elapsed() < Duration::from_millis(3500));
+    let mut reader = reader;
+    let got = read_until(&mut reader, b"\r\n");
+    assert!(
+        got.starts_with(b"HTTP/1.1 503"),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    trickle.join().unwrap();
+}

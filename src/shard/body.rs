@@ -4,13 +4,14 @@
 //! `--max-request-bytes` as they arrive (never on a declared length alone),
 //! and the body must keep an average pace (`--min-request-rate`, after an
 //! `--idle-timeout-ms` grace, as Apache's mod_reqtimeout `MinRate` does).
+//! A body still arriving a second after the shard began to stop gets 503.
 
 use std::time::{Duration, Instant};
 
 use monoio::net::TcpStream;
 
 use super::Shard;
-use super::conn::{Fill, READ_CHUNK, fill_to, http_error, write_bytes};
+use super::conn::{Fill, Idle, READ_CHUNK, fill_to, http_error, write_bytes};
 use super::replies::{COUNTED_BYTES, ReplyLease, bodies_busy};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::parse::{BodyKind, Limits, RequestHead};
@@ -26,18 +27,21 @@ const FIRST_LEASE_BYTES: u64 = COUNTED_BYTES as u64;
 
 /// How long a body may still take: the idle timeout bounds each wait, and
 /// the whole body's deadline moves out one second per `min_rate` bytes.
-pub struct Pace {
+/// Once the shard stops, a body still arriving has `BODY_STOP_GRACE` more.
+pub struct Pace<'a> {
     started: Instant,
     idle: Duration,
     min_rate: u64,
+    stopping: &'a Idle,
 }
 
-impl Pace {
-    pub fn new(idle: Duration, min_rate: u64) -> Pace {
+impl Pace<'_> {
+    pub fn new((idle, stopping): (Duration, &Idle), min_rate: u64) -> Pace<'_> {
         Pace {
             started: Instant::now(),
             idle,
             min_rate,
+            stopping,
         }
     }
 
@@ -86,7 +90,7 @@ pub async fn read_body(
     buf: &mut Vec<u8>,
     head: &RequestHead,
     limits: &Limits,
-    pace: Pace,
+    pace: Pace<'_>,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
     let total = match head.body {
         BodyKind::None => return Ok((Vec::new(), BodyLeases::new())),
@@ -127,7 +131,7 @@ async fn read_length(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     len: usize,
-    pace: &Pace,
+    pace: &Pace<'_>,
 ) -> Result<Vec<u8>, Response> {
     while buf.len() < len {
         next_read(socket, buf, pace, (buf.len() as u64, usize::MAX)).await?;
@@ -142,7 +146,7 @@ async fn read_counted(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     mut leases: Leases<'_>,
-    pace: &Pace,
+    pace: &Pace<'_>,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
     let len = leases.total as usize;
     // Room for all of it at once: address space, not memory (its pages are
@@ -173,7 +177,7 @@ async fn read_chunked(
     buf: &mut Vec<u8>,
     mut leases: Leases<'_>,
     limits: &Limits,
-    pace: &Pace,
+    pace: &Pace<'_>,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
     let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
     let mut body = Vec::new();
@@ -198,13 +202,18 @@ async fn read_chunked(
 async fn next_read(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
-    pace: &Pace,
+    pace: &Pace<'_>,
     (arrived, end): (u64, usize),
 ) -> Result<(), Response> {
     let Some(wait) = pace.wait(arrived) else {
         return Err(too_slow());
     };
-    match fill_to(socket, buf, wait, end).await {
+    let filled = monoio::select! {
+        filled = fill_to(socket, buf, wait, end) => filled,
+        // The read's buffer goes with it: the request is refused anyway.
+        _ = pace.stopping.body_grace_over() => return Err(super::listener::stopped()),
+    };
+    match filled {
         Fill::Data => Ok(()),
         Fill::Eof => Err(Response::error(
             400,
@@ -226,7 +235,8 @@ mod tests {
     #[test]
     fn the_pace_allows_the_idle_grace_then_a_second_per_min_rate_bytes() {
         let idle = Duration::from_secs(2);
-        let mut pace = Pace::new(idle, 1000);
+        let open = Idle::default();
+        let mut pace = Pace::new((idle, &open), 1000);
         assert_eq!(pace.wait(0).map(|w| w <= idle), Some(true));
         pace.started -= Duration::from_secs(5);
         assert_eq!(pace.wait(2000), None, "5 s for 2,000 bytes: behind");
@@ -238,7 +248,8 @@ mod tests {
     #[test]
     fn without_a_floor_only_the_idle_timeout_bounds_a_wait() {
         let idle = Duration::from_secs(2);
-        let mut pace = Pace::new(idle, 0);
+        let open = Idle::default();
+        let mut pace = Pace::new((idle, &open), 0);
         pace.started -= Duration::from_secs(3600);
         assert_eq!(pace.wait(0), Some(idle));
     }

@@ -356,17 +356,30 @@ async fn read_head(
 pub struct Idle {
     next_id: Cell<u64>,
     closing: Cell<bool>,
+    closing_since: Cell<Option<std::time::Instant>>,
     waiting: RefCell<HashMap<u64, Waker>>,
 }
+
+/// How long a request body still arriving when the shard stops may take
+/// before it is refused (503) so the stop does not wait out slow senders.
+const BODY_STOP_GRACE: Duration = Duration::from_secs(1);
 
 impl Idle {
     /// Wakes every waiting connection to close; later ones close at once.
     pub fn close_all(&self) {
         self.closing.set(true);
+        self.closing_since.set(Some(std::time::Instant::now()));
         let waiting = std::mem::take(&mut *self.waiting.borrow_mut());
         for waker in waiting.into_values() {
             waker.wake();
         }
+    }
+
+    /// Completes `BODY_STOP_GRACE` after the shard began to stop.
+    pub(super) async fn body_grace_over(&self) {
+        self.closing().await;
+        let since = self.closing_since.get().expect("set when closing");
+        monoio::time::sleep_until((since + BODY_STOP_GRACE).into()).await;
     }
 
     fn closing(&self) -> Closing<'_> {
@@ -443,7 +456,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let route = Route::of(&target);
         let started = std::time::Instant::now();
         buf.drain(..head.head_len);
-        let pace = body::Pace::new(idle, shard.config.min_request_rate);
+        let pace = body::Pace::new((idle, &waiting), shard.config.min_request_rate);
         let read = body::read_body((&shard, &mut socket), &mut buf, &head, &limits, pace).await;
         // The body's leases are held until the request is handled.
         let (body, _leases) = match read {

@@ -390,7 +390,7 @@ fn at_limit() -> crate::protocol::Response {
 }
 
 /// A connection handed over after this shard closed its log at shutdown.
-fn stopped() -> crate::protocol::Response {
+pub(super) fn stopped() -> crate::protocol::Response {
     crate::protocol::response::retry_soon("shutting_down", "this server is stopping; retry shortly")
 }
 
