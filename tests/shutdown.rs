@@ -278,18 +278,7 @@ fn a_lingering_refused_connection_does_not_hold_up_the_shutdown() {
         "1000",
     ];
     let mut s = Server::start(&args);
-    let path = "/v1/stream/linger-shutdown";
-    assert_eq!(
-        Conn::open(s.addr).request("PUT", path, &[TEXT], b"").status,
-        201
-    );
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
-        64 << 20
-    );
-    c.write_all(head.as_bytes()).unwrap();
+    let mut c = upload_begun(&s, "/v1/stream/linger-shutdown", 64 << 20);
     c.write_all(&[b'x'; 16 << 10]).unwrap();
     let got = read_until(&mut c, b"\r\n");
     assert!(
@@ -316,18 +305,7 @@ fn a_lingering_refused_connection_does_not_hold_up_the_shutdown() {
 fn a_slow_upload_does_not_hold_up_the_shutdown() {
     let args = ["--cores", "1", "--shutdown-timeout-ms", "4000"];
     let mut s = Server::start(&args);
-    let path = "/v1/stream/slow-upload";
-    assert_eq!(
-        Conn::open(s.addr).request("PUT", path, &[TEXT], b"").status,
-        201
-    );
-    let mut c = TcpStream::connect(s.addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
-    let head = format!(
-        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
-        1 << 20
-    );
-    c.write_all(head.as_bytes()).unwrap();
+    let mut c = upload_begun(&s, "/v1/stream/slow-upload", 1 << 20);
     c.write_all(&[b'x'; 1024]).unwrap();
     let reader = c.try_clone().unwrap();
     // Well inside the idle timeout and above the minimum rate.
@@ -350,4 +328,20 @@ fn a_slow_upload_does_not_hold_up_the_shutdown() {
         String::from_utf8_lossy(&got)
     );
     trickle.join().unwrap();
+}
+
+/// Creates the text stream `path` and sends the head of a POST of `len`
+/// bytes to it on a new connection (reads time out after 8 s).
+fn upload_begun(s: &Server, path: &str, len: usize) -> TcpStream {
+    assert_eq!(
+        Conn::open(s.addr).request("PUT", path, &[TEXT], b"").status,
+        201
+    );
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: {len}\r\n\r\n"
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c
 }
