@@ -173,8 +173,8 @@ impl SseCursor {
             };
         }
         let end = window::resolve(cut, start, fetched).min(start + fetched.len() as u64);
-        let held = self.held_back(stream, &fetched[..(end - start) as usize], end);
-        self.held_at = (held > 0).then_some(stream.tail());
+        let held = self.held_back(stream, cut, &fetched[..(end - start) as usize]);
+        self.held_at = (held > 0).then_some(end);
         let end = end - held;
         if held > 0 && end == start {
             return SseStep::default();
@@ -215,15 +215,22 @@ impl SseCursor {
 
     /// With nothing to send: the final control of a closed (or deleted)
     /// stream, the first control of a response, or a keep-alive control.
-    /// How many bytes at the end of a text window that reaches the tail of
-    /// an open stream begin a character the next append will finish: they
-    /// wait for it, rather than go out as U+FFFD (§5.8 "MUST NOT emit
-    /// invalid UTF-8", windows ending inside a code point are shortened).
-    fn held_back(&self, stream: &Stream, bytes: &[u8], end: u64) -> u64 {
+    /// How many bytes at the end of a text window that reached the tail (as
+    /// it stood when the window was planned: an append may have landed
+    /// during the fetch) begin a character an append left unfinished: they
+    /// wait for its end rather than go out as U+FFFD (§5.8 "MUST NOT emit
+    /// invalid UTF-8"; windows ending inside a code point are shortened).
+    /// `held_at` is that end: where the tail has moved on, the next window
+    /// starts at the character at once. The last bytes of a closed stream
+    /// go out whatever they are. The control after a held window still says
+    /// `upToDate`: all the client can read is sent.
+    fn held_back(&self, stream: &Stream, cut: Cut, bytes: &[u8]) -> u64 {
         let text = self.plan.records.is_none()
             && !stream.json
             && content_type::is_sse_text(&stream.content_type);
-        if !text || end != stream.tail() || stream.is_closed() {
+        // A text window ends exactly only at the tail (`window::plan`).
+        let Cut::At(end) = cut else { return 0 };
+        if !text || (stream.is_closed() && end == stream.tail()) {
             return 0;
         }
         window::split_char_tail(bytes) as u64
@@ -351,6 +358,70 @@ pub fn write_event(out: &mut Vec<u8>, name: &str, payload: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::read::LiveMode;
+    use crate::stream::{Command, Table};
+
+    fn text_table(data: &[u8]) -> Table {
+        let mut table = Table::default();
+        let (applied, _) = table.apply(Command::plain_create("k", "text/plain", data, 0));
+        table.publish(&applied, None);
+        table
+    }
+
+    fn append(table: &mut Table, data: &[u8]) {
+        let s = table.get("k").unwrap();
+        let (stream_id, start) = (s.id, s.tail());
+        let (applied, _) = table.apply(Command::Append {
+            key: "k".into(),
+            stream_id,
+            start,
+            data: data.to_vec(),
+            producer: None,
+            stream_seq: None,
+            close: false,
+            now_ms: 0,
+        });
+        table.publish(&applied, None);
+    }
+
+    /// A window planned at a tail inside a character, fetched while an
+    /// append finished it, stops before the character and the next window
+    /// takes it whole (no U+FFFD halves); at an unmoved tail it waits.
+    #[test]
+    fn a_character_split_at_the_tail_is_held_until_it_is_whole() {
+        let mut table = text_table(b"a\xE2");
+        let plan = ReadPlan {
+            key: "k".into(),
+            surface: Surface::V1,
+            mode: LiveMode::Sse,
+            start: 0,
+            cursor: None,
+            max_bytes: None,
+            records: None,
+            past_tail: false,
+        };
+        let mut cursor = SseCursor::new(plan);
+        let (start, end, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();
+        assert_eq!((start, end, cut), (0, 2, Cut::At(2)));
+        let step = cursor.emit(table.get("k").unwrap(), cut, b"a\xE2", 0, 1);
+        assert!(String::from_utf8(step.bytes).unwrap().contains("data:a\n"));
+        assert_eq!((cursor.next, cursor.held_at), (1, Some(2)));
+        assert_eq!(cursor.next_window(table.get("k").unwrap()), None, "waits");
+
+        append(&mut table, b"\x82");
+        let (_, _, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();
+        append(&mut table, b"\xACb");
+        let stream = table.get("k").unwrap();
+        let step = cursor.emit(stream, cut, b"\xE2\x82", 0, 1);
+        assert!(
+            step.bytes.is_empty(),
+            "still unfinished where it was planned"
+        );
+        let (start, end, cut) = cursor.next_window(stream).unwrap();
+        assert_eq!((start, end), (1, 5), "the tail moved: on at once");
+        let step = cursor.emit(stream, cut, "€b".as_bytes(), 0, 1);
+        assert!(String::from_utf8(step.bytes).unwrap().contains("data:€b\n"));
+    }
 
     #[test]
     fn payload_lines_cannot_forge_events() {

@@ -114,7 +114,17 @@ pub fn split_char_tail(data: &[u8]) -> usize {
         _ => return 0,
     };
     let have = data.len() - lead;
-    if have < width { have } else { 0 }
+    // RFC 3629's narrower second bytes: no overlong, surrogate or too
+    // large sequence is waited for.
+    let second_ok = match (data[lead], data.get(lead + 1)) {
+        (_, None) => true,
+        (0xE0, Some(b)) => (0xA0..=0xBF).contains(b),
+        (0xED, Some(b)) => (0x80..=0x9F).contains(b),
+        (0xF0, Some(b)) => (0x90..=0xBF).contains(b),
+        (0xF4, Some(b)) => (0x80..=0x8F).contains(b),
+        _ => true,
+    };
+    if have < width && second_ok { have } else { 0 }
 }
 
 #[cfg(test)]
@@ -135,6 +145,10 @@ mod tests {
         assert_eq!(split_char_tail(&[0x80, 0x80]), 0, "no lead byte");
         assert_eq!(split_char_tail(&[0xFF]), 0, "no character starts so");
         assert_eq!(split_char_tail(&[0xC3, b'a']), 0, "broken, not unfinished");
+        assert_eq!(split_char_tail(&[0xE0, 0x80]), 0, "overlong");
+        assert_eq!(split_char_tail(&[0xED, 0xA0]), 0, "a surrogate");
+        assert_eq!(split_char_tail(&[0xF4, 0x90]), 0, "past U+10FFFF");
+        assert_eq!(split_char_tail(&[0xF0, 0x9F, 0x98]), 3);
     }
 
     /// The window end as a reader of the whole stream would compute it.

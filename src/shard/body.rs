@@ -209,6 +209,8 @@ async fn next_read(
         return Err(too_slow());
     };
     let filled = monoio::select! {
+        // Bytes read in the same wake-up as the grace's end are kept.
+        biased;
         filled = fill_to(socket, buf, wait, end) => filled,
         // The read's buffer goes with it: the request is refused anyway.
         _ = pace.stopping.body_grace_over() => return Err(super::listener::stopped()),
