@@ -109,6 +109,9 @@ pub async fn read_body(
         // send a body the shard has no room for (RFC 9110 §10.1.1).
         leases.cover(buf.len() as u64)?;
     }
+    if head.expect_continue && total > 0 && pace.stopping.body_grace_passed() {
+        return Err(super::listener::stopped());
+    }
     if head.expect_continue
         && total > 0
         && buf.is_empty()

@@ -78,28 +78,38 @@ pub(super) async fn fill_to(
 const LINGER: Duration = Duration::from_secs(2);
 const LINGER_IDLE: Duration = Duration::from_millis(500);
 const LINGER_BYTES: usize = 64 << 20;
+/// Long enough for a client's kernel to take the answer before the close.
+const LINGER_STOPPING: Duration = Duration::from_millis(250);
 
 /// Closes a connection whose client may still be sending (an early 413 or
 /// 431, say): half-closes, then reads and drops what arrives, for a
 /// bounded time and amount (RFC 9112 §9.6, lingering close). Closed with
 /// unread bytes, the socket would send a reset, and the client's kernel
 /// would discard the response before a client that writes its whole body
-/// first had read it. A stopping shard does not wait for it.
+/// first had read it. A stopping shard lingers `LINGER_STOPPING` at most.
 async fn linger_close(mut socket: TcpStream, idle: &Idle) {
     let _ = socket.shutdown().await;
     let mut buf = Vec::with_capacity(READ_CHUNK);
-    let deadline = std::time::Instant::now() + LINGER;
+    let mut deadline = std::time::Instant::now() + LINGER;
     let mut drained = 0;
     while drained < LINGER_BYTES {
+        if let Some(since) = idle.closing_since.get() {
+            deadline = deadline.min(since + LINGER_STOPPING);
+        }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() {
             return;
         }
         buf.clear();
-        let filled = monoio::select! {
-            filled = fill(&mut socket, &mut buf, left.min(LINGER_IDLE)) => filled,
-            _ = idle.closing() => return,
+        let wait = left.min(LINGER_IDLE);
+        let filled = match idle.closing.get() {
+            true => Some(fill(&mut socket, &mut buf, wait).await),
+            false => monoio::select! {
+                filled = fill(&mut socket, &mut buf, wait) => Some(filled),
+                _ = idle.closing() => None,
+            },
         };
+        let Some(filled) = filled else { continue };
         match filled {
             Fill::Data => drained += buf.len(),
             Fill::Eof | Fill::Timeout => return,
@@ -373,6 +383,13 @@ impl Idle {
         for waker in waiting.into_values() {
             waker.wake();
         }
+    }
+
+    /// Whether the shard began to stop `BODY_STOP_GRACE` ago or more.
+    pub(super) fn body_grace_passed(&self) -> bool {
+        self.closing_since
+            .get()
+            .is_some_and(|since| since.elapsed() >= BODY_STOP_GRACE)
     }
 
     /// Completes `BODY_STOP_GRACE` after the shard began to stop.
