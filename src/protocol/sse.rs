@@ -31,9 +31,10 @@ pub struct SseCursor {
     pub next: u64,
     /// Whether any control event went out yet.
     pub announced: bool,
-    /// The tail at which the bytes from `next` on are the start of a
-    /// character an append split: nothing is sent until the tail moves or
-    /// the stream closes (§5.8: no invalid UTF-8 in text events).
+    /// Where the last window ended (at the tail it was planned to) when
+    /// its bytes from `next` on began a character an append left
+    /// unfinished: nothing more is sent until the tail moves past it or the
+    /// stream closes (§5.8: no invalid UTF-8 in text events).
     pub held_at: Option<u64>,
 }
 
@@ -213,8 +214,6 @@ impl SseCursor {
         }
     }
 
-    /// With nothing to send: the final control of a closed (or deleted)
-    /// stream, the first control of a response, or a keep-alive control.
     /// How many bytes at the end of a text window that reached the tail (as
     /// it stood when the window was planned: an append may have landed
     /// during the fetch) begin a character an append left unfinished: they
@@ -236,6 +235,8 @@ impl SseCursor {
         window::split_char_tail(bytes) as u64
     }
 
+    /// With nothing to send: the final control of a closed (or deleted)
+    /// stream, the first control of a response, or a keep-alive control.
     pub fn idle(
         &mut self,
         stream: Option<&Stream>,

@@ -106,25 +106,13 @@ pub fn split_char_tail(data: &[u8]) -> usize {
     let Some(lead) = data[from..].iter().rposition(|&b| b & 0xC0 != 0x80) else {
         return 0;
     };
-    let lead = from + lead;
-    let width = match data[lead] {
-        0xC2..=0xDF => 2,
-        0xE0..=0xEF => 3,
-        0xF0..=0xF4 => 4,
-        _ => return 0,
-    };
-    let have = data.len() - lead;
-    // RFC 3629's narrower second bytes: no overlong, surrogate or too
-    // large sequence is waited for.
-    let second_ok = match (data[lead], data.get(lead + 1)) {
-        (_, None) => true,
-        (0xE0, Some(b)) => (0xA0..=0xBF).contains(b),
-        (0xED, Some(b)) => (0x80..=0x9F).contains(b),
-        (0xF0, Some(b)) => (0x90..=0xBF).contains(b),
-        (0xF4, Some(b)) => (0x80..=0x8F).contains(b),
-        _ => true,
-    };
-    if have < width && second_ok { have } else { 0 }
+    let last = &data[from + lead..];
+    // The standard validator knows RFC 3629's ranges: an input that ends
+    // inside a sequence still valid so far has no error length.
+    match std::str::from_utf8(last) {
+        Err(e) if e.error_len().is_none() => last.len() - e.valid_up_to(),
+        _ => 0,
+    }
 }
 
 #[cfg(test)]
