@@ -36,7 +36,7 @@ pub struct Pace<'a> {
 }
 
 impl Pace<'_> {
-    pub fn new((idle, stopping): (Duration, &Idle), min_rate: u64) -> Pace<'_> {
+    pub fn new(idle: Duration, min_rate: u64, stopping: &Idle) -> Pace<'_> {
         Pace {
             started: Instant::now(),
             idle,
@@ -109,15 +109,14 @@ pub async fn read_body(
         // send a body the shard has no room for (RFC 9110 §10.1.1).
         leases.cover(buf.len() as u64)?;
     }
-    if head.expect_continue && total > 0 && pace.stopping.body_grace_passed() {
-        return Err(super::listener::stopped());
-    }
-    if head.expect_continue
-        && total > 0
-        && buf.is_empty()
-        && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await
-    {
-        return Err(Response::error(400, "disconnected", "client went away"));
+    if head.expect_continue && total > 0 {
+        // Nor invited once the stop's grace has passed: it would be refused.
+        if pace.stopping.body_grace_passed() {
+            return Err(super::listener::stopped());
+        }
+        if buf.is_empty() && !write_bytes(socket, b"HTTP/1.1 100 Continue\r\n\r\n".to_vec()).await {
+            return Err(Response::error(400, "disconnected", "client went away"));
+        }
     }
     match head.body {
         BodyKind::Length(len) if !counted => {
@@ -241,7 +240,7 @@ mod tests {
     fn the_pace_allows_the_idle_grace_then_a_second_per_min_rate_bytes() {
         let idle = Duration::from_secs(2);
         let open = Idle::default();
-        let mut pace = Pace::new((idle, &open), 1000);
+        let mut pace = Pace::new(idle, 1000, &open);
         assert_eq!(pace.wait(0).map(|w| w <= idle), Some(true));
         pace.started -= Duration::from_secs(5);
         assert_eq!(pace.wait(2000), None, "5 s for 2,000 bytes: behind");
@@ -254,7 +253,7 @@ mod tests {
     fn without_a_floor_only_the_idle_timeout_bounds_a_wait() {
         let idle = Duration::from_secs(2);
         let open = Idle::default();
-        let mut pace = Pace::new((idle, &open), 0);
+        let mut pace = Pace::new(idle, 0, &open);
         pace.started -= Duration::from_secs(3600);
         assert_eq!(pace.wait(0), Some(idle));
     }

@@ -93,7 +93,8 @@ async fn linger_close(mut socket: TcpStream, idle: &Idle) {
     let mut deadline = std::time::Instant::now() + LINGER;
     let mut drained = 0;
     while drained < LINGER_BYTES {
-        if let Some(since) = idle.closing_since.get() {
+        let stopping = idle.closing_since.get();
+        if let Some(since) = stopping {
             deadline = deadline.min(since + LINGER_STOPPING);
         }
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -102,9 +103,9 @@ async fn linger_close(mut socket: TcpStream, idle: &Idle) {
         }
         buf.clear();
         let wait = left.min(LINGER_IDLE);
-        let filled = match idle.closing.get() {
-            true => Some(fill(&mut socket, &mut buf, wait).await),
-            false => monoio::select! {
+        let filled = match stopping {
+            Some(_) => Some(fill(&mut socket, &mut buf, wait).await),
+            None => monoio::select! {
                 filled = fill(&mut socket, &mut buf, wait) => Some(filled),
                 _ = idle.closing() => None,
             },
@@ -365,7 +366,7 @@ async fn read_head(
 #[derive(Default)]
 pub struct Idle {
     next_id: Cell<u64>,
-    closing: Cell<bool>,
+    /// When the shard began to stop (`close_all`).
     closing_since: Cell<Option<std::time::Instant>>,
     waiting: RefCell<HashMap<u64, Waker>>,
 }
@@ -377,7 +378,6 @@ const BODY_STOP_GRACE: Duration = Duration::from_secs(1);
 impl Idle {
     /// Wakes every waiting connection to close; later ones close at once.
     pub fn close_all(&self) {
-        self.closing.set(true);
         self.closing_since.set(Some(std::time::Instant::now()));
         let waiting = std::mem::take(&mut *self.waiting.borrow_mut());
         for waker in waiting.into_values() {
@@ -416,7 +416,7 @@ impl Future for Closing<'_> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.idle.closing.get() {
+        if self.idle.closing_since.get().is_some() {
             return Poll::Ready(());
         }
         let mut waiting = self.idle.waiting.borrow_mut();
@@ -473,7 +473,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let route = Route::of(&target);
         let started = std::time::Instant::now();
         buf.drain(..head.head_len);
-        let pace = body::Pace::new((idle, &waiting), shard.config.min_request_rate);
+        let pace = body::Pace::new(idle, shard.config.min_request_rate, &waiting);
         let read = body::read_body((&shard, &mut socket), &mut buf, &head, &limits, pace).await;
         // The body's leases are held until the request is handled.
         let (body, _leases) = match read {

@@ -396,15 +396,15 @@ pub(super) fn stopped() -> crate::protocol::Response {
 
 /// Answers `reply` (a 503 with Retry-After), then closes the connection.
 async fn refuse(mut socket: monoio::net::TcpStream, reply: crate::protocol::Response) {
+    conn::write_bytes(&mut socket, refusal_bytes(&reply)).await;
+}
+
+/// A refusal on the wire: whole (Content-Length), the connection closing.
+fn refusal_bytes(reply: &crate::protocol::Response) -> Vec<u8> {
     let mut out = Vec::new();
-    crate::http::render::encode(
-        &reply,
-        crate::http::render::Framing::Length,
-        false,
-        false,
-        &mut out,
-    );
-    conn::write_bytes(&mut socket, out).await;
+    let framing = crate::http::render::Framing::Length;
+    crate::http::render::encode(reply, framing, false, false, &mut out);
+    out
 }
 
 /// Answers `reply` on a blocking socket from the shard thread, waiting at
@@ -412,12 +412,9 @@ async fn refuse(mut socket: monoio::net::TcpStream, reply: crate::protocol::Resp
 /// buffer takes them at once), then closes it.
 fn refuse_at_once(mut socket: std::net::TcpStream, reply: &crate::protocol::Response) {
     use std::io::Write;
-    let mut out = Vec::new();
-    let framing = crate::http::render::Framing::Length;
-    crate::http::render::encode(reply, framing, false, false, &mut out);
     let _ = socket.set_nonblocking(false);
     let _ = socket.set_write_timeout(Some(REFUSE_WRITE_TIMEOUT));
-    let _ = socket.write_all(&out);
+    let _ = socket.write_all(&refusal_bytes(reply));
     let _ = socket.shutdown(std::net::Shutdown::Write);
 }
 
