@@ -201,10 +201,12 @@ fn raise_open_file_limit(config: &Config) {
 }
 
 fn serve(config: Config) -> ExitCode {
-    disable_transparent_huge_pages();
-    raise_open_file_limit(&config);
+    // First: until the signals are blocked, a stop signal ends the process
+    // by its default action (exit by the signal, not status 0).
     let started = Arc::new(AtomicBool::new(false));
     let signals = watch_stop_signals(block_stop_signals(), started.clone());
+    disable_transparent_huge_pages();
+    raise_open_file_limit(&config);
     let data = match open_data_dir(&config) {
         Ok(data) => data,
         Err(message) => {
