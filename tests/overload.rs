@@ -333,3 +333,41 @@ fn post_head(path: &str, len: usize) -> String {
          Content-Length: {len}\r\n\r\n"
     )
 }
+
+/// RFC 9110 §10.1.1: an append waiting for `100 Continue` whose head alone
+/// decides its refusal gets that refusal instead, before sending a byte of
+/// its body: a missing stream 404, a closed one 409 with `Stream-Closed`,
+/// another content type 409, a missing bucket 404. One the stream takes is
+/// invited and appended.
+#[test]
+fn an_append_refused_by_its_head_is_answered_before_its_body() {
+    let s = Server::start(&["--cores", "2"]);
+    let (open, closed) = ("/v1/stream/taking", "/v1/stream/shut");
+    assert_eq!(req(s.addr, "PUT", open, &OCTETS, b"").status, 201);
+    let close = [OCTETS[0], ("Stream-Closed", "true")];
+    assert_eq!(req(s.addr, "PUT", closed, &close, b"").status, 201);
+    let waiting = |path: &str, content_type: &str| {
+        let mut c = Conn::open(s.addr);
+        let head = post_head(path, 1 << 20)
+            .replace("application/octet-stream", content_type)
+            .replace("\r\n\r\n", "\r\nExpect: 100-continue\r\n\r\n");
+        c.send_raw(head.as_bytes());
+        (c.read_head(), c)
+    };
+    let octets = "application/octet-stream";
+    let (missing, _) = waiting("/v1/stream/absent", octets);
+    assert_eq!(missing.status, 404, "{:?}", missing.headers);
+    let (shut, _) = waiting(closed, octets);
+    assert_eq!(shut.status, 409);
+    assert_eq!(shut.header("stream-closed"), Some("true"));
+    let (other_type, _) = waiting(open, "text/plain");
+    assert_eq!(other_type.status, 409);
+    let (no_bucket, _) = waiting("/nobucket/s1", octets);
+    assert_eq!(no_bucket.status, 404);
+    let (invited, mut c) = waiting(open, octets);
+    assert_eq!(invited.status, 100);
+    c.send_raw(&vec![b'b'; 1 << 20]);
+    assert_eq!(c.read_response().status, 204);
+    let read = req(s.addr, "GET", &format!("{open}?offset=-1"), &[], b"");
+    assert_eq!(read.body.len(), 1 << 20);
+}

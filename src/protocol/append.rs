@@ -9,6 +9,7 @@ use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
 use super::{Action, Request, content_type, json, offset, records};
+use crate::http::parse::RequestHead;
 use crate::stream::budget::{PRODUCER_BYTES, ProducerLimits, append_index_bytes};
 use crate::stream::{Command, ProducerWrite, Stream, Table};
 
@@ -21,8 +22,8 @@ pub fn decide(req: &Request, table: &Table) -> Action {
 
 fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     let close = wants_close(req.head);
-    let producer = producer(req.head)?;
     if req.body.is_empty() {
+        let producer = producer(req.head)?;
         if !close {
             return Err(bad_request("empty append body"));
         }
@@ -31,21 +32,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
             .ok_or_else(|| not_found("stream not found"))?;
         return close_only(req, table, stream, producer);
     }
-    let ct = req
-        .head
-        .header("content-type")
-        .filter(|ct| !ct.trim().is_empty())
-        .ok_or_else(|| bad_request("Content-Type is required on append"))?;
-    let stream = table
-        .get(req.key)
-        .ok_or_else(|| not_found("stream not found"))?;
-    // §5.2 error precedence: a closed stream says so first, so the client
-    // gets `Stream-Closed: true` whatever else is wrong with the append.
-    if stream.closed {
-        return Err(closed_reply(stream, producer.as_ref()));
-    }
-    check_valid_content_type(ct)?;
-    check_same_content_type(ct, stream)?;
+    let (stream, producer) = stream_taking_body(req.head, req.key, table)?;
     let data = canonical(stream, req.body, req.normalized.take())?;
     if let Some(p) = &producer {
         check_producer(table, stream, p)?;
@@ -78,6 +65,39 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         commands: vec![command],
         reply,
     })
+}
+
+/// The refusal an append of a non-empty body gets from its head alone (a
+/// missing, closed or differently typed stream), so that a client that
+/// sent `Expect: 100-continue` is answered before it sends the body (RFC
+/// 9110 §10.1.1). The same checks, in the same order, as `decide` makes.
+pub fn refusal_before_body(head: &RequestHead, key: &str, table: &Table) -> Option<Response> {
+    stream_taking_body(head, key, table).err()
+}
+
+/// The checks that precede the body's: header syntax, Content-Type
+/// presence, existence, closure, content-type syntax and match.
+fn stream_taking_body<'t>(
+    head: &RequestHead,
+    key: &str,
+    table: &'t Table,
+) -> Result<(&'t Stream, Option<ProducerWrite>), Response> {
+    let producer = producer(head)?;
+    let ct = head
+        .header("content-type")
+        .filter(|ct| !ct.trim().is_empty())
+        .ok_or_else(|| bad_request("Content-Type is required on append"))?;
+    let stream = table
+        .get(key)
+        .ok_or_else(|| not_found("stream not found"))?;
+    // §5.2 error precedence: a closed stream says so first, so the client
+    // gets `Stream-Closed: true` whatever else is wrong with the append.
+    if stream.closed {
+        return Err(closed_reply(stream, producer.as_ref()));
+    }
+    check_valid_content_type(ct)?;
+    check_same_content_type(ct, stream)?;
+    Ok((stream, producer))
 }
 
 /// JSON streams store normalized messages; an empty array is a 400 (§7.1).

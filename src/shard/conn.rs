@@ -460,8 +460,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
-                drop(buf);
-                respond(&shard, &mut socket, resp, false, false).await;
+                refuse(&shard, &mut socket, buf, resp).await;
                 shard.metrics.finish_request(fd, Route::Other);
                 return linger_close(socket, &waiting).await;
             }
@@ -473,16 +472,18 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
         let route = Route::of(&target);
         let started = std::time::Instant::now();
         buf.drain(..head.head_len);
+        if let Some(resp) = dispatch::refused_before_body(&shard, &head, &target).await {
+            refuse(&shard, &mut socket, buf, resp).await;
+            finished(&shard, fd, route, &head, started);
+            return linger_close(socket, &waiting).await;
+        }
         let pace = body::Pace::new(idle, shard.config.min_request_rate, &waiting);
         let read = body::read_body((&shard, &mut socket), &mut buf, &head, &limits, pace).await;
         // The body's leases are held until the request is handled.
         let (body, _leases) = match read {
             Ok(read) => read,
             Err(resp) => {
-                // A refused body's buffer (MiBs, perhaps) is not kept for
-                // the lingering close once its leases are gone.
-                drop(buf);
-                respond(&shard, &mut socket, resp, false, false).await;
+                refuse(&shard, &mut socket, buf, resp).await;
                 finished(&shard, fd, route, &head, started);
                 return linger_close(socket, &waiting).await;
             }
@@ -493,6 +494,13 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             return;
         }
     }
+}
+
+/// Answers a refused request; the connection then closes. Its buffer (a
+/// refused body's MiBs, perhaps) is not kept for the lingering close.
+async fn refuse(shard: &Shard, socket: &mut TcpStream, buf: Vec<u8>, resp: Response) {
+    drop(buf);
+    respond(shard, socket, resp, false, false).await;
 }
 
 /// Counts the answered request and, with `--access-log true`, logs it.

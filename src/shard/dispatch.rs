@@ -8,7 +8,7 @@ use monoio::net::TcpStream;
 
 use super::conn::respond;
 use super::{Shard, batch, bootstrap, buckets, fork, live, metrics, slices, snapshot};
-use crate::http::parse::{Method, RequestHead};
+use crate::http::parse::{BodyKind, Method, RequestHead};
 use crate::http::render;
 use crate::protocol::response::{bad_request, not_found};
 use crate::protocol::{self, Action, Request, Response, Surface, Target, records};
@@ -168,6 +168,34 @@ struct StreamRequest<'a> {
     bucket: Option<&'a str>,
     /// The request targets the stream's `/attrs` (extensions §5).
     attrs: bool,
+}
+
+/// The refusal of an append that waits for `100 Continue` (RFC 9110
+/// §10.1.1), when its head alone decides it: the client is not invited to
+/// send a body that would be refused on arrival. None for any other
+/// request, and for an append the head does not refuse.
+pub async fn refused_before_body(
+    shard: &Shard,
+    head: &RequestHead,
+    target: &Target,
+) -> Option<Response> {
+    let Target::Stream { key, bucket, .. } = target else {
+        return None;
+    };
+    let waits = head.expect_continue && matches!(head.body, BodyKind::Length(n) if n > 0);
+    if !waits || head.method != Method::Post {
+        return None;
+    }
+    shard.reap_if_expired(key);
+    let bucket_missing = bucket
+        .as_deref()
+        .is_some_and(|b| !shard.buckets.borrow().contains_key(b));
+    let refusal = match bucket_missing {
+        true => not_found("bucket not found"),
+        false => protocol::append::refusal_before_body(head, key, &shard.table.borrow())?,
+    };
+    // As any write's answer: out once what it saw is committed.
+    Some(advertised(shard, key, shard.when_committed(refusal).await))
 }
 
 /// Extensions §1.6: stream operations need the bucket (404 without it);
