@@ -472,8 +472,10 @@ pub fn poll_head(
         .header("cache-control", PUBLIC_CACHE))
 }
 
-/// HEAD (§5.4): metadata, never cached; `Stream-TTL` is the "remaining
-/// time-to-live" of the sliding window (a HEAD does not slide it).
+/// HEAD: metadata, never cached. `Stream-TTL` is, upstream (PROTOCOL.md
+/// §5.5), "the stream's time-to-live window" (what a create compares); in
+/// the extensions' base (§5.4) the "remaining time-to-live" of the window
+/// (a HEAD does not slide it).
 pub fn head(req: &Request, table: &Table) -> Response {
     let Some(stream) = table.get_visible(req.key) else {
         return not_found("stream not found");
@@ -485,7 +487,11 @@ pub fn head(req: &Request, table: &Table) -> Response {
         .header("cache-control", "no-store")
         .header("etag", etag(stream, 0, tail, stream.is_closed()))
         .header_if(stream.is_closed(), "stream-closed", "true");
-    if let Some(ttl) = stream.ttl_remaining_secs(req.now_ms) {
+    let ttl = match req.surface {
+        Surface::V1 => stream.ttl_secs,
+        Surface::Bucket => stream.ttl_remaining_secs(req.now_ms),
+    };
+    if let Some(ttl) = ttl {
         reply = reply.header("stream-ttl", ttl.to_string());
     }
     if let Some(at) = &stream.expires_at {

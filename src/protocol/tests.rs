@@ -530,21 +530,27 @@ fn expiry_reaps_and_ttl_slides() {
     );
 }
 
-/// §5.4: HEAD's `Stream-TTL` is the "remaining time-to-live", in whole
+/// HEAD's `Stream-TTL`: upstream (PROTOCOL.md §5.5) the window itself; in
+/// the extensions' base (§5.4) the "remaining time-to-live", in whole
 /// seconds rounded up, of the window the last read or write started.
 #[test]
-fn head_reports_the_remaining_ttl() {
+fn head_reports_the_ttl_window_or_what_remains_of_it() {
     let mut h = Harness::new();
-    h.reply("PUT", KEY, &[("stream-ttl", "10")], b"");
-    let ttl_at = |h: &mut Harness, now_ms: u64| match h.run("HEAD", KEY, &[], b"", now_ms) {
-        Action::Reply(reply) => reply.get_header("stream-ttl").map(str::to_string),
-        _ => panic!("HEAD is answered at once"),
-    };
-    assert_eq!(ttl_at(&mut h, NOW).as_deref(), Some("10"));
-    assert_eq!(ttl_at(&mut h, NOW + 1_500).as_deref(), Some("9"));
-    assert_eq!(ttl_at(&mut h, NOW + 9_999).as_deref(), Some("1"));
-    h.table.touch(KEY, NOW + 5_000);
-    assert_eq!(ttl_at(&mut h, NOW + 5_000).as_deref(), Some("10"));
+    let (v1, bucketed) = (KEY, "/b/s");
+    let ttl_at =
+        |h: &mut Harness, key: &str, now_ms: u64| match h.run("HEAD", key, &[], b"", now_ms) {
+            Action::Reply(reply) => reply.get_header("stream-ttl").map(str::to_string),
+            _ => panic!("HEAD is answered at once"),
+        };
+    for key in [v1, bucketed] {
+        h.reply("PUT", key, &[("stream-ttl", "10")], b"");
+        assert_eq!(ttl_at(&mut h, key, NOW).as_deref(), Some("10"));
+    }
+    assert_eq!(ttl_at(&mut h, bucketed, NOW + 1_500).as_deref(), Some("9"));
+    assert_eq!(ttl_at(&mut h, bucketed, NOW + 9_999).as_deref(), Some("1"));
+    assert_eq!(ttl_at(&mut h, v1, NOW + 9_999).as_deref(), Some("10"));
+    h.table.touch("b/s", NOW + 5_000);
+    assert_eq!(ttl_at(&mut h, bucketed, NOW + 5_000).as_deref(), Some("10"));
     h.reply("PUT", "/v1/stream/no-ttl", &[], b"");
     let head = h.reply("HEAD", "/v1/stream/no-ttl", &[], b"");
     assert_eq!(head.get_header("stream-ttl"), None);
