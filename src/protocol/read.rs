@@ -469,7 +469,7 @@ pub fn poll_head(
     let reply = data_head(stream, plan, end);
     Ok(reply
         .header("stream-cursor", cursor)
-        .header("cache-control", PUBLIC_CACHE))
+        .header("cache-control", cache_control(stream, now_ms)))
 }
 
 /// HEAD: metadata, never cached. `Stream-TTL` is, upstream (PROTOCOL.md

@@ -530,6 +530,23 @@ fn expiry_reaps_and_ttl_slides() {
     );
 }
 
+/// §5.7: a long-poll's data answer has the catch-up read's headers,
+/// `Cache-Control` bounded by the stream's lifetime among them.
+#[test]
+fn long_poll_data_is_cached_no_longer_than_the_stream_lives() {
+    let mut h = Harness::new();
+    let text = ("content-type", "text/plain");
+    h.reply("PUT", KEY, &[text, ("stream-ttl", "5")], b"");
+    let at = format!("{KEY}?offset={}&live=long-poll", offset::format(0));
+    let Action::Read(plan) = h.run("GET", &at, &[], b"", NOW) else {
+        panic!("expected a wait at the tail");
+    };
+    h.reply("POST", KEY, &[text], b"new");
+    let stream = h.table.get(KEY).unwrap();
+    let data = read::poll_head(&plan, stream, stream.tail(), NOW, 1).unwrap();
+    assert_eq!(data.get_header("cache-control"), Some("public, max-age=5"));
+}
+
 /// HEAD's `Stream-TTL`: upstream (PROTOCOL.md §5.5) the window itself; in
 /// the extensions' base (§5.4) the "remaining time-to-live", in whole
 /// seconds rounded up, of the window the last read or write started.
