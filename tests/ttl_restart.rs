@@ -6,7 +6,8 @@
 //! one kept alive by reads alone is not expired by one, also when the
 //! restart re-shards it. A log from before (no `access-logged` marker in
 //! its shard dir) begins every window again, as it did, and logs that. A
-//! refused write slides the window too.
+//! refused write slides the window too, and a waiting live reader keeps
+//! its stream.
 
 mod common;
 
@@ -125,4 +126,26 @@ fn a_refused_write_slides_the_window_too() {
         200,
         "the refused write did not slide it"
     );
+}
+
+/// §5.1: "a stream with active live readers will not expire". A long-poll
+/// waiting past the TTL keeps its stream whatever else names it meanwhile
+/// (a HEAD, the cleaner's sweeps); once no reader waits, the window runs
+/// out as before.
+#[test]
+fn a_waiting_live_reader_keeps_its_stream() {
+    let flags = ["--cores", "1", "--long-poll-timeout-ms", "3000"];
+    let s = Server::start(&[&flags[..], &["--clean-interval-ms", "200"]].concat());
+    let path = format!("/v1/stream/{}", unique_name("watched"));
+    create(&s, &path, "1");
+    let head = |s: &Server| req(s.addr, "HEAD", &path, &[], b"");
+    let tail = head(&s).header("stream-next-offset").unwrap().to_string();
+    let poll = format!("{path}?offset={tail}&live=long-poll");
+    let addr = s.addr;
+    let waiter = thread::spawn(move || req(addr, "GET", &poll, &[], b"").status);
+    thread::sleep(Duration::from_millis(1_800));
+    assert_eq!(head(&s).status, 200, "expired under a waiting reader");
+    assert_eq!(waiter.join().unwrap(), 204);
+    thread::sleep(Duration::from_millis(1_500));
+    assert_eq!(head(&s).status, 404, "no reader left: the window ran out");
 }

@@ -132,6 +132,13 @@ impl Waiters {
         }
     }
 
+    /// Whether a live read of `key` is waiting (the map's own reference
+    /// aside, someone holds its audience).
+    pub fn has_readers(&self, key: &str) -> bool {
+        let map = self.audiences.borrow();
+        map.get(key).is_some_and(|a| Rc::strong_count(a) > 1)
+    }
+
     /// Wakes every waiter (shutdown).
     pub fn notify_all(&self) {
         for audience in self.audiences.borrow().values() {

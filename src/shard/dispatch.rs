@@ -186,7 +186,7 @@ pub async fn refused_before_body(
     if !waits || head.method != Method::Post {
         return None;
     }
-    shard.reap_if_expired(key);
+    let now_ms = shard.reap_if_expired(key);
     let bucket_missing = bucket
         .as_deref()
         .is_some_and(|b| !shard.buckets.borrow().contains_key(b));
@@ -194,6 +194,8 @@ pub async fn refused_before_body(
         true => not_found("bucket not found"),
         false => protocol::append::refusal_before_body(head, key, &shard.table.borrow())?,
     };
+    // A refused write slides `Stream-TTL` as any write does (§5.1).
+    shard.touch(key, now_ms).await;
     // As any write's answer: out once what it saw is committed.
     Some(advertised(shard, key, shard.when_committed(refusal).await))
 }

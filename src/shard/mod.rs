@@ -203,6 +203,12 @@ impl Shard {
     /// request answers is committed after it.
     pub fn reap_if_expired(&self, key: &str) -> u64 {
         let now_ms = crate::clock::now_ms();
+        // PROTOCOL.md §5.1: "a stream with active live readers will not
+        // expire": a reader waiting here slides the TTL window as a new
+        // read would (an absolute Stream-Expires-At still ends it).
+        if self.waiters.has_readers(key) {
+            drop(self.slide(key, now_ms));
+        }
         let expired = crate::protocol::reap_expired(&self.table.borrow(), key, now_ms);
         if let Some(command) = expired {
             drop(self.submit(vec![command]));
@@ -218,17 +224,22 @@ impl Shard {
     /// failed record (a disk fault, undone) fails no request: only a
     /// restart's bound on the stream's idle window is the looser for it.
     pub async fn touch(&self, key: &str, now_ms: u64) {
+        if let Some(ticket) = self.slide(key, now_ms) {
+            let _ = ticket.await;
+        }
+    }
+
+    /// `touch` without the wait: slides `key`'s window to `now_ms` and
+    /// returns the ticket of the access record that covers it, if any.
+    fn slide(&self, key: &str, now_ms: u64) -> Option<Ticket> {
         let record = match self.commit_queue_full() {
             true => None,
             false => crate::protocol::access_record(&self.table.borrow(), key, now_ms),
         };
         self.table.borrow_mut().touch(key, now_ms);
-        let ticket = match record {
+        match record {
             Some(command) => Some(self.log_access(key, command)),
             None => self.pending_access_record(key),
-        };
-        if let Some(ticket) = ticket {
-            let _ = ticket.await;
         }
     }
 
