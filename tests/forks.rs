@@ -752,3 +752,21 @@ fn append_batch_to_a_soft_deleted_source_is_410() {
     let (data, _, _) = read_from(&s, &f, "-1");
     same_bytes(&data, b"abc", "the fork still reads the source's data");
 }
+
+/// §4.2: a soft-deleted stream "returns 410 Gone for all client-facing
+/// operations", a long-poll that was waiting on it when it was deleted too.
+#[test]
+fn a_long_poll_on_a_source_deleted_under_it_gets_410() {
+    let s = start(&["--cores", "2"]);
+    for prefix in SURFACES {
+        let (src, _, _) = source(&s, prefix, TEXT, &[]);
+        src.fork(&s, "kept", 0, &[], src.data.len());
+        let tail = next(&must(&s, "HEAD", &src.path, &[], b"", 200));
+        let poll = format!("{}?offset={tail}&live=long-poll", src.path);
+        let addr = s.addr;
+        let waiter = thread::spawn(move || common::req(addr, "GET", &poll, &[], b"").status);
+        thread::sleep(Duration::from_millis(300));
+        must(&s, "DELETE", &src.path, &[], b"", 204);
+        assert_eq!(waiter.join().unwrap(), 410, "{}", src.path);
+    }
+}

@@ -383,6 +383,16 @@ fn etag_matches(header: &str, tag: &str) -> bool {
     header.trim() == "*" || header.split(',').any(|t| opaque(t) == opaque(tag))
 }
 
+/// The answer to a read whose stream is not (or no longer) visible: 410
+/// once it is soft-deleted (PROTOCOL.md §4.2: "410 Gone for all
+/// client-facing operations"), else 404.
+pub fn vanished(table: &Table, key: &str) -> Response {
+    match table.get(key) {
+        Some(stream) if stream.soft_deleted => super::fork::soft_deleted_reply(false),
+        _ => not_found("stream not found"),
+    }
+}
+
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
 pub(super) fn cache_control(stream: &Stream, now_ms: u64) -> String {
     let remaining = stream

@@ -49,6 +49,11 @@ pub async fn serve(
     }
 }
 
+/// A stream gone while (or before) its live read was answered.
+fn vanished(shard: &Shard, key: &str) -> Response {
+    read::vanished(&shard.table.borrow(), key)
+}
+
 fn fetch_failed(error: FetchError) -> Response {
     match error {
         FetchError::Gone => not_found("stream not found"),
@@ -66,7 +71,7 @@ fn window(shard: &Shard, plan: &ReadPlan) -> Option<(u64, (u64, u64, Cut))> {
 
 async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -> Response {
     let Some((id, (start, end, cut))) = window(shard, plan) else {
-        return not_found("stream not found");
+        return vanished(shard, &plan.key);
     };
     let fetched = match store::fetch(shard, &plan.key, id, start, end).await {
         Ok(bytes) => bytes,
@@ -75,7 +80,7 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
     let table = shard.table.borrow();
     match table.get_visible(&plan.key).filter(|s| s.id == id) {
         Some(stream) => read::catch_up(if_none_match, stream, plan, cut, &fetched, clock::now_ms()),
-        None => not_found("stream not found"),
+        None => vanished(shard, &plan.key),
     }
 }
 
@@ -109,7 +114,7 @@ async fn catch_up_whole(
             })
     };
     let Some((head, body)) = started else {
-        return respond(shard, socket, not_found("stream not found"), keep, false).await;
+        return respond(shard, socket, vanished(shard, &plan.key), keep, false).await;
     };
     if head.status != 200 {
         return respond(shard, socket, head, keep, false).await;
@@ -177,7 +182,7 @@ enum Poll {
 fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
     let table = shard.table.borrow();
     let Some(stream) = table.get_visible(&plan.key) else {
-        return Poll::Answer(not_found("stream not found"));
+        return Poll::Answer(vanished(shard, &plan.key));
     };
     if plan.start < stream.tail() {
         return Poll::Fetch(stream.id, read::fetch_span(stream, plan));
@@ -313,7 +318,7 @@ async fn poll_data(
     };
     let table = shard.table.borrow();
     let Some(stream) = table.get_visible(&plan.key).filter(|s| s.id == id) else {
-        return PollReply::Own(not_found("stream not found"));
+        return PollReply::Own(vanished(shard, &plan.key));
     };
     // A body rendered before retention passed its start is still exact,
     // but the read is answered as its own fetch would be now (410).
@@ -340,7 +345,7 @@ async fn render_poll_body(
     let stream = table
         .get_visible(&plan.key)
         .filter(|s| s.id == key.id)
-        .ok_or_else(|| not_found("stream not found"))?;
+        .ok_or_else(|| vanished(shard, &plan.key))?;
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
     let lease = shard.lease_counted_reply(body.len())?;
     let body = Bytes::from(body);
@@ -363,7 +368,7 @@ async fn sse(
         (read::sse_head(stream, &plan), ended)
     });
     let Some((head, ended)) = head else {
-        return respond(shard, socket, not_found("stream not found"), keep, false).await;
+        return respond(shard, socket, vanished(shard, &plan.key), keep, false).await;
     };
     // A stream already closed at the client's offset gets its final control
     // event and then the connection closes (PROTOCOL.md §5.7: "MUST then
