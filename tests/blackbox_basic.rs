@@ -575,3 +575,24 @@ fn a_head_trickled_a_byte_at_a_time_gets_408_within_the_idle_timeout() {
     );
     assert_alive(&s);
 }
+
+/// RFC 9110 §15.5.16: a body in a content coding rill does not apply (it
+/// stores what it receives) is a 415 naming the one it takes, on create
+/// and append, and nothing is stored; `identity` and a body-less create
+/// are taken.
+#[test]
+fn a_content_coded_body_is_415() {
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    let gzip = [("Content-Type", TEXT), ("Content-Encoding", "gzip")];
+    let r = req(s.addr, "PUT", &path, &gzip, b"\x1f\x8b\x08\x00");
+    assert_eq!(r.status, 415, "{:?}", r.headers);
+    assert_eq!(r.header("accept-encoding"), Some("identity"));
+    assert_eq!(req(s.addr, "PUT", &path, &gzip, b"").status, 201);
+    let listed = [("Content-Type", TEXT), ("Content-Encoding", "identity, br")];
+    assert_eq!(req(s.addr, "POST", &path, &listed, b"x").status, 415);
+    let plain = [("Content-Type", TEXT), ("Content-Encoding", "Identity")];
+    assert_eq!(req(s.addr, "POST", &path, &plain, b"kept").status, 204);
+    let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(read.body, b"kept");
+}

@@ -1,6 +1,6 @@
 //! Request header validation shared by create and append: `Stream-TTL`,
 //! `Stream-Expires-At` (PROTOCOL.md §5.1), `Stream-Closed`, producer headers
-//! (§5.2.1).
+//! (§5.2.1), and the content coding of a request body (RFC 9110 §8.4).
 
 use super::producer::parse_integer;
 use super::response::{Response, bad_request};
@@ -13,6 +13,28 @@ pub struct Lifetime {
     pub ttl_secs: Option<u64>,
     pub expires_at: Option<String>,
     pub expires_at_ms: Option<u64>,
+}
+
+/// A request body must come without a content coding: rill stores what it
+/// receives, and a coded body (gzip, say) would be taken for the stream's
+/// bytes. Any coding but `identity` is a 415 that names the one accepted
+/// (RFC 9110 §15.5.16).
+pub fn check_content_encoding(head: &RequestHead) -> Result<(), Response> {
+    let coded = head
+        .headers
+        .values("content-encoding")
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+    match coded {
+        false => Ok(()),
+        true => Err(Response::error(
+            415,
+            "unsupported_content_encoding",
+            "request bodies are taken without a content coding",
+        )
+        .header("accept-encoding", "identity")),
+    }
 }
 
 /// `Stream-TTL`: a non-negative decimal integer without leading zeros, signs,

@@ -33,6 +33,10 @@ pub async fn handle(
         let reply = Response::error(501, "not_implemented", "unknown request method");
         return respond(shard, socket, reply, keep, false).await;
     }
+    let has_body = !matches!(head.body, BodyKind::None | BodyKind::Length(0));
+    if has_body && let Err(reply) = protocol::headers::check_content_encoding(head) {
+        return respond(shard, socket, reply, keep, is_head).await;
+    }
     let reply = match target {
         Target::Stream {
             surface,
