@@ -566,7 +566,7 @@ fn record_match_mismatch_is_412_with_the_tail_and_appends_nothing() {
         create(&s, &path, b"[1,2,3]");
         let before = head(&s, &path);
         let before_body = get(&s, &path, "offset=-1").body;
-        for expected in ["0", "2", "4", "1000"] {
+        for expected in ["0", "2", "4", "1000", "18446744073709551616"] {
             let r = post_with(&s, &path, &[("Stream-Record-Match", expected)], b"[9,9]");
             assert_eq!(r.status, 412, "match {expected}: {}", r.text());
             assert_eq!(num(&r, "stream-record-next"), 3, "the current N");
@@ -663,7 +663,7 @@ fn malformed_record_match_is_rejected_and_appends_nothing() {
     let s = start();
     let path = bucketed("match-bad");
     create(&s, &path, b"[1]");
-    for bad in ["abc", "-1", "1.0", "", "0x1", "18446744073709551616"] {
+    for bad in ["abc", "-1", "1.0", "", "0x1"] {
         let r = post_with(&s, &path, &[("Stream-Record-Match", bad)], b"2");
         assert_eq!(r.status, 400, "Stream-Record-Match {bad:?}: {}", r.text());
     }

@@ -67,13 +67,15 @@ pub fn check_match(req: &Request, stream: &Stream) -> Result<(), Response> {
         ));
     }
     let text = text.trim();
-    let expected = text
-        .parse::<u64>()
-        .ok()
-        .filter(|_| text.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| bad_request("Stream-Record-Match must be an unsigned 64-bit integer"))?;
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad_request(
+            "Stream-Record-Match must be an unsigned integer",
+        ));
+    }
+    // §6.4 "the supplied unsigned integer": one past u64 is well formed,
+    // and never the record tail.
     let next = stream.messages.next();
-    if expected == next {
+    if text.parse::<u64>() == Ok(next) {
         return Ok(());
     }
     Err(advertise(
