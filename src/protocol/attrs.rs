@@ -127,6 +127,14 @@ mod tests {
         assert_eq!(canonical(br#"{"unknown":true}"#).unwrap(), b"");
     }
 
+    /// Metadata numbers come back as sent, digits beyond u64 and f64 too.
+    #[test]
+    fn keeps_numbers_exact() {
+        let sent =
+            br#"{"metadata":{"id":123456789012345678901234567890,"x":0.10000000000000000001}}"#;
+        assert_eq!(canonical(sent).unwrap(), sent);
+    }
+
     #[test]
     fn rejects_bad_documents() {
         for bad in [
