@@ -43,9 +43,30 @@ impl Log {
     fn push(&mut self, entry: &Entry) {
         let mut payload = Vec::new();
         let kind = codec::encode(entry, &mut payload);
+        self.push_encoded(kind, &payload);
+    }
+
+    fn push_encoded(&mut self, kind: u8, payload: &[u8]) {
         self.last_record = Some(self.pending.len());
-        format::encode(kind, self.next_seq, &payload, &mut self.pending);
+        format::encode(kind, self.next_seq, payload, &mut self.pending);
         self.next_seq += 1;
+    }
+
+    /// `push` within batches of about `batch_bytes`: what is pending is
+    /// written first when this record would take it past them, and the
+    /// batch once it reaches them. (A batch must fit a segment: pushing
+    /// a large record onto almost half a segment made one that did not.)
+    async fn push_batched(&mut self, entry: &Entry, batch_bytes: usize) -> Result<(), String> {
+        let mut payload = Vec::new();
+        let kind = codec::encode(entry, &mut payload);
+        if self.pending.len() + format::framed_len(payload.len()) > batch_bytes {
+            self.flush().await?;
+        }
+        self.push_encoded(kind, &payload);
+        if self.pending.len() >= batch_bytes {
+            self.flush().await?;
+        }
+        Ok(())
     }
 
     /// Writes pending records as one batch and syncs.
@@ -142,16 +163,14 @@ async fn move_streams(
                 start: extent.start,
                 data: bytes,
             };
-            logs[*owner].push(&entry);
-            if logs[*owner].pending.len() >= batch_bytes {
-                logs[*owner].flush().await?;
-            }
+            logs[*owner].push_batched(&entry, batch_bytes).await?;
         }
         if let Some(snapshot) = &stream.snapshot {
             move_blob(logs, (source, *owner), stream.id, snapshot.offset)?;
         }
         let ring_budget = ring_budget(segment_bytes);
-        logs[*owner].push(&Entry::Image(Box::new(image_of(key, &stream, ring_budget))));
+        let image = Entry::Image(Box::new(image_of(key, &stream, ring_budget)));
+        logs[*owner].push_batched(&image, batch_bytes).await?;
     }
     Ok(moving.len())
 }

@@ -347,3 +347,32 @@ fn second_server_on_the_same_data_dir_is_refused() {
     append(&mut c, "/v1/stream/mine", TEXT, b" second");
     assert_eq!(read_from(&s, "/v1/stream/mine", "-1"), b"first second");
 }
+
+/// Re-sharding copies streams in batches that each fit a segment. A large
+/// append after almost half a segment of others (at the smallest segment
+/// the body limit allows) once made a batch that did not: the start with
+/// the new core count was refused, every time.
+#[test]
+fn resharding_fits_large_appends_into_its_batches() {
+    let small = ["--segment-bytes", "2228224", "--max-body-bytes", "2097152"];
+    let mut s = Server::start(&[&["--cores", "2"][..], &small].concat());
+    let octets = [("Content-Type", OCTET)];
+    let mut expected = Vec::new();
+    for i in 0..6u8 {
+        let path = format!("/v1/stream/large-{i}");
+        put(&s, &path, &octets, b"");
+        let data = [vec![i; 1_000_000], vec![i + 100; 1_500_000]].concat();
+        for piece in [&data[..1_000_000], &data[1_000_000..]] {
+            expect(&post(&s, &path, &octets, piece), 204, &path);
+        }
+        expected.push((path, data));
+    }
+    stop(&mut s, Restart::Term);
+    s.restart_with(&[&["--cores", "3"][..], &small].concat());
+    for (path, data) in &expected {
+        assert!(
+            read_from(&s, path, "-1") == *data,
+            "{path} after re-sharding"
+        );
+    }
+}
