@@ -130,22 +130,46 @@ fn a_refused_write_slides_the_window_too() {
 
 /// §5.1: "a stream with active live readers will not expire". A long-poll
 /// waiting past the TTL keeps its stream whatever else names it meanwhile
-/// (a HEAD, the cleaner's sweeps); once no reader waits, the window runs
-/// out as before.
+/// (a bucket's listing or delete, a HEAD; the cleaner's sweeps reap as a
+/// HEAD does); once no reader waits, the window runs out as before.
 #[test]
 fn a_waiting_live_reader_keeps_its_stream() {
-    let flags = ["--cores", "1", "--long-poll-timeout-ms", "3000"];
-    let s = Server::start(&[&flags[..], &["--clean-interval-ms", "200"]].concat());
-    let path = format!("/v1/stream/{}", unique_name("watched"));
-    create(&s, &path, "1");
-    let head = |s: &Server| req(s.addr, "HEAD", &path, &[], b"");
-    let tail = head(&s).header("stream-next-offset").unwrap().to_string();
+    let s = Server::start(&["--cores", "1", "--long-poll-timeout-ms", "3000"]);
+    let bucket = format!("/{}", unique_name("watching"));
+    assert_eq!(req(s.addr, "PUT", &bucket, &[], b"").status, 201);
+    let v1 = format!("/v1/stream/{}", unique_name("watched"));
+    let bucketed = format!("{bucket}/watched");
+    let listing = format!("{bucket}/streams");
+    for path in [&v1, &bucketed] {
+        create(&s, path, "1");
+    }
+    let waiters: Vec<_> = [&v1, &bucketed].map(|path| long_poll(&s, path)).into();
+    thread::sleep(Duration::from_millis(1_800));
+    let listed = req(s.addr, "GET", &listing, &[], b"");
+    assert!(listed.text().contains("watched"), "{}", listed.text());
+    assert_eq!(req(s.addr, "DELETE", &bucket, &[], b"").status, 409);
+    for path in [&v1, &bucketed] {
+        let head = req(s.addr, "HEAD", path, &[], b"");
+        assert_eq!(head.status, 200, "{path} expired under a waiting reader");
+    }
+    for waiter in waiters {
+        assert_eq!(waiter.join().unwrap(), 204);
+    }
+    thread::sleep(Duration::from_millis(1_500));
+    for path in [&v1, &bucketed] {
+        let head = req(s.addr, "HEAD", path, &[], b"");
+        assert_eq!(
+            head.status, 404,
+            "{path}: no reader left, the window ran out"
+        );
+    }
+}
+
+/// A long-poll at `path`'s tail, on a thread; joins with its status.
+fn long_poll(s: &Server, path: &str) -> thread::JoinHandle<u16> {
+    let tail = req(s.addr, "HEAD", path, &[], b"");
+    let tail = tail.header("stream-next-offset").unwrap();
     let poll = format!("{path}?offset={tail}&live=long-poll");
     let addr = s.addr;
-    let waiter = thread::spawn(move || req(addr, "GET", &poll, &[], b"").status);
-    thread::sleep(Duration::from_millis(1_800));
-    assert_eq!(head(&s).status, 200, "expired under a waiting reader");
-    assert_eq!(waiter.join().unwrap(), 204);
-    thread::sleep(Duration::from_millis(1_500));
-    assert_eq!(head(&s).status, 404, "no reader left: the window ran out");
+    thread::spawn(move || req(addr, "GET", &poll, &[], b"").status)
 }

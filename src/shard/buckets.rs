@@ -174,8 +174,8 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
 }
 
 /// Whether a bucket listing shows `stream` (extensions §1.4).
-fn listed(stream: &Stream, now_ms: u64) -> bool {
-    stream.visible && !stream.soft_deleted && !stream.is_expired(now_ms)
+fn listed(shard: &Shard, key: &str, stream: &Stream, now_ms: u64) -> bool {
+    stream.visible && !stream.soft_deleted && !shard.has_expired(key, stream, now_ms)
 }
 
 /// The first `limit` listed streams of `bucket` whose id starts with
@@ -193,7 +193,7 @@ fn scan(
     let table = shard.table.borrow();
     table
         .keys_after(&key_prefix, key_after.as_deref())
-        .filter(|(_, s)| listed(s, now_ms))
+        .filter(|(key, s)| listed(shard, key, s, now_ms))
         .take(limit)
         .map(|(key, stream)| StreamSummary::of(&key[bucket.len() + 1..], stream))
         .collect()
@@ -206,8 +206,8 @@ async fn count(shard: &Shard, bucket: &str) -> usize {
     let now_ms = clock::now_ms();
     let (mut total, mut after) = (0, None::<String>);
     loop {
-        let last = shard.visit_keys(&key_prefix, after.as_deref(), |_, stream| {
-            total += usize::from(listed(stream, now_ms));
+        let last = shard.visit_keys(&key_prefix, after.as_deref(), |key, stream| {
+            total += usize::from(listed(shard, key, stream, now_ms));
         });
         let Some(last) = last else { return total };
         after = Some(last);
@@ -227,7 +227,7 @@ fn holds_live_streams(shard: &Shard, bucket: &str) -> bool {
     let mut holds = false;
     let mut reaps = Vec::new();
     for (key, stream) in shard.table.borrow().keys_with_prefix(&key_prefix) {
-        match (stream.is_expired(now_ms), stream.soft_deleted) {
+        match (shard.has_expired(key, stream, now_ms), stream.soft_deleted) {
             (true, _) => reaps.push(Command::Delete {
                 key: key.clone(),
                 stream_id: stream.id,

@@ -216,6 +216,15 @@ impl Shard {
         now_ms
     }
 
+    /// Whether `stream` (at `key`) has expired at `now_ms`, a live read
+    /// waiting on it counting as a read now (PROTOCOL.md §5.1).
+    pub fn has_expired(&self, key: &str, stream: &crate::stream::Stream, now_ms: u64) -> bool {
+        match self.waiters.has_readers(key) {
+            true => stream.expires_at_ms.is_some_and(|at| now_ms >= at),
+            false => stream.is_expired(now_ms),
+        }
+    }
+
     /// Records a read or write of `key` at `now_ms` (`Stream-TTL` slides
     /// from it), logs one a restart must know of
     /// (`protocol::access_record`), and waits for that record or a pending
