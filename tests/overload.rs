@@ -337,7 +337,8 @@ fn post_head(path: &str, len: usize) -> String {
 /// RFC 9110 §10.1.1: an append waiting for `100 Continue` whose head alone
 /// decides its refusal gets that refusal instead, before sending a byte of
 /// its body: a missing stream 404, a closed one 409 with `Stream-Closed`,
-/// another content type 409, a missing bucket 404. One the stream takes is
+/// another content type 409, a missing bucket 404, a soft-deleted source
+/// 410, a content-coded body 415. One the stream takes is
 /// invited and appended.
 #[test]
 fn an_append_refused_by_its_head_is_answered_before_its_body() {
@@ -364,6 +365,24 @@ fn an_append_refused_by_its_head_is_answered_before_its_body() {
     assert_eq!(other_type.status, 409);
     let (no_bucket, _) = waiting("/nobucket/s1", octets);
     assert_eq!(no_bucket.status, 404);
+    // A source deleted while a fork reads it is 410 here as on any path.
+    assert_eq!(
+        req(s.addr, "PUT", "/v1/stream/gone", &OCTETS, b"").status,
+        201
+    );
+    let fork = [("Stream-Forked-From", "/v1/stream/gone")];
+    assert_eq!(
+        req(s.addr, "PUT", "/v1/stream/on-gone", &fork, b"").status,
+        201
+    );
+    assert_eq!(
+        req(s.addr, "DELETE", "/v1/stream/gone", &[], b"").status,
+        204
+    );
+    let (soft_deleted, _) = waiting("/v1/stream/gone", octets);
+    assert_eq!(soft_deleted.status, 410);
+    let (coded, _) = waiting(open, "application/octet-stream\r\nContent-Encoding: gzip");
+    assert_eq!(coded.status, 415);
     let (invited, mut c) = waiting(open, octets);
     assert_eq!(invited.status, 100);
     c.send_raw(&vec![b'b'; 1 << 20]);

@@ -70,8 +70,12 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 /// The refusal an append of a non-empty body gets from its head alone (a
 /// missing, closed or differently typed stream), so that a client that
 /// sent `Expect: 100-continue` is answered before it sends the body (RFC
-/// 9110 §10.1.1). The same checks, in the same order, as `decide` makes.
+/// 9110 §10.1.1). The same checks, in the same order, as the shard and
+/// `decide` make: a soft-deleted stream first (410, PROTOCOL.md §4.2).
 pub fn refusal_before_body(head: &RequestHead, key: &str, table: &Table) -> Option<Response> {
+    if table.get(key).is_some_and(|s| s.soft_deleted) {
+        return Some(super::fork::soft_deleted_reply(false));
+    }
     stream_taking_body(head, key, table).err()
 }
 

@@ -190,6 +190,9 @@ pub async fn refused_before_body(
     if !waits || head.method != Method::Post {
         return None;
     }
+    if let Err(reply) = protocol::headers::check_content_encoding(head) {
+        return Some(reply);
+    }
     let now_ms = shard.reap_if_expired(key);
     let bucket_missing = bucket
         .as_deref()
