@@ -54,6 +54,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub cores: usize,
     pub long_poll_timeout_ms: u64,
+    /// How long a producer append that finds a sequence gap waits for the
+    /// appends before it (sent on other connections) before its 409.
+    pub producer_gap_wait_ms: u64,
     /// SSE responses end after about this long so CDNs can collapse (§8.2).
     pub sse_cycle_ms: u64,
     pub max_head_bytes: usize,
@@ -110,6 +113,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./data"),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
             long_poll_timeout_ms: 30_000,
+            producer_gap_wait_ms: 200,
             sse_cycle_ms: 60_000,
             // Room for a full-size (16 KiB) Stream-Attrs header besides the
             // usual ones (extensions §5.1): a larger attribute document gets
@@ -158,6 +162,9 @@ OPTIONS:
     --cores N                   shards (pinned threads), one per core [default: the CPUs rill may
                                 run on, within its cgroup CPU quota]
     --long-poll-timeout-ms MS   how long a long-poll waits for data [default: 30000]
+    --producer-gap-wait-ms MS   how long a producer append that is ahead of its sequence
+                                waits for the ones before it (pipelined on other connections,
+                                they may arrive later) before its 409; 0: none [default: 200]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413; at most 1 GiB less room
                                 for its head (one log record) [default: 33554432]
@@ -253,6 +260,7 @@ pub const SETTINGS: &[Setting] = &[
     },
     setting!("cores", cores),
     setting!("long-poll-timeout-ms", long_poll_timeout_ms),
+    setting!("producer-gap-wait-ms", producer_gap_wait_ms),
     setting!("sse-cycle-ms", sse_cycle_ms),
     setting!("max-body-bytes", max_body_bytes),
     setting!("max-head-bytes", max_head_bytes),
@@ -353,6 +361,7 @@ impl Config {
         // The runtime's timers reach about two years; a day is past any use.
         let timeouts = [
             self.long_poll_timeout_ms,
+            self.producer_gap_wait_ms,
             self.sse_cycle_ms,
             self.idle_timeout_ms,
             self.clean_interval_ms,

@@ -3,6 +3,7 @@
 //! connection to a live read.
 
 use std::rc::Rc;
+use std::time::{Duration, Instant};
 
 use monoio::net::TcpStream;
 
@@ -174,6 +175,43 @@ struct StreamRequest<'a> {
     attrs: bool,
 }
 
+/// The decision on `req`. A producer append ahead of its sequence (a gap,
+/// PROTOCOL.md §5.2.1) waits up to `--producer-gap-wait-ms` for the appends
+/// before it, decided again after each commit of its stream: a client that
+/// pipelines a producer's appends over several connections (the official
+/// clients do) sends them in order, but a connection accepted by another
+/// shard arrives here later (the handoff) and would otherwise get a 409.
+async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
+    let decide_now = || match attrs {
+        true => protocol::attrs::decide(req, &shard.table.borrow()),
+        false => protocol::decide_stream(req, &shard.table.borrow()),
+    };
+    let mut action = decide_now();
+    let wait = Duration::from_millis(shard.config.producer_gap_wait_ms);
+    if wait.is_zero() || !is_sequence_gap(&action) {
+        return action;
+    }
+    let deadline = Instant::now() + wait;
+    let audience = shard.waiters.join(req.key);
+    while is_sequence_gap(&action) && !shard.stopping.get() {
+        let changed = audience.signal.changed(audience.signal.generation());
+        if monoio::time::timeout_at(deadline.into(), changed)
+            .await
+            .is_err()
+        {
+            break;
+        }
+        action = decide_now();
+    }
+    shard.waiters.release(req.key, audience);
+    action
+}
+
+fn is_sequence_gap(action: &Action) -> bool {
+    matches!(action, Action::Reply(reply)
+        if reply.status == 409 && reply.get_header("producer-expected-seq").is_some())
+}
+
 /// The refusal of an append that waits for `100 Continue` (RFC 9110
 /// §10.1.1), when its head alone decides it: the client is not invited to
 /// send a body that would be refused on arrival. None for any other
@@ -265,10 +303,7 @@ async fn stream_request(
         let reply = advertised(shard, sr.key, reply);
         return respond(shard, socket, reply, keep, is_head).await;
     }
-    let action = match sr.attrs {
-        true => protocol::attrs::decide(&req, &shard.table.borrow()),
-        false => protocol::decide_stream(&req, &shard.table.borrow()),
-    };
+    let action = decide(shard, sr.attrs, &req).await;
     match action {
         Action::Reply(reply) => {
             // A write's answer rests on the head state: it may go out only
