@@ -41,6 +41,9 @@ pub struct ReadPlan {
     /// long-poll answers at once rather than wait there and then serve
     /// bytes before the offset asked for (§5.6 "bytes starting from").
     pub past_tail: bool,
+    /// The offset asked for was `now`: an answer is then no fixed range of
+    /// the stream, so it carries no ETag and is not cached (§10.1).
+    pub from_now: bool,
 }
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -73,6 +76,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         max_bytes: max_bytes(req)?,
         records: record_start.map(|(_, view)| view),
         past_tail: past_tail && record_start.is_none(),
+        from_now: param == OffsetParam::Now && record_start.is_none(),
     };
     match mode {
         LiveMode::CatchUp if param == OffsetParam::Now && plan.records.is_none() => {
@@ -304,7 +308,7 @@ pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> Response 
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
-        .header("etag", tag);
+        .header_if(!plan.from_now, "etag", &tag);
     with_record_headers(stream, plan, reply, plan.start, end)
 }
 
@@ -477,9 +481,13 @@ pub fn poll_head(
     }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
     let reply = data_head(stream, plan, end);
+    let cache = match plan.from_now {
+        true => "no-store".to_string(),
+        false => cache_control(stream, now_ms),
+    };
     Ok(reply
         .header("stream-cursor", cursor)
-        .header("cache-control", cache_control(stream, now_ms)))
+        .header("cache-control", cache))
 }
 
 /// HEAD: metadata, never cached. `Stream-TTL` is, upstream (PROTOCOL.md

@@ -84,6 +84,18 @@ pub fn head(stream: &Stream, plan: &ReadPlan) -> Response {
             "stream-sse-data-encoding",
             "base64",
         );
+    // A stream closed at the offset asked for: the closure signal is in
+    // the headers too (PROTOCOL.md §8 `now` on a closed stream: "regardless
+    // of the live parameter").
+    let tail = stream.tail();
+    let closed_here = stream.is_closed() && plan.start >= tail;
+    let reply = match closed_here {
+        true => reply
+            .header("stream-closed", "true")
+            .header("stream-up-to-date", "true")
+            .header("stream-next-offset", offset::format(tail)),
+        false => reply,
+    };
     match data_type {
         Some(ct) => reply.header("stream-data-content-type", ct),
         None => reply,
@@ -400,6 +412,7 @@ mod tests {
             max_bytes: None,
             records: None,
             past_tail: false,
+            from_now: false,
         };
         let mut cursor = SseCursor::new(plan);
         let (start, end, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();

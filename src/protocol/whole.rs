@@ -138,6 +138,7 @@ mod tests {
             max_bytes: None,
             records: None,
             past_tail: false,
+            from_now: false,
         }
     }
 

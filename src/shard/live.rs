@@ -386,7 +386,14 @@ async fn sse(
     let cursor = SseCursor::new(plan);
     let ok = stream_events(shard, (socket, streamed), cursor, &audience).await;
     shard.waiters.release(&key, audience);
-    ok && write_bytes(socket, streamed.end().to_vec()).await && keep
+    // After a stream's closure (or deletion) the connection closes too
+    // (PROTOCOL.md §5.8 "MUST then close the connection").
+    let ended = shard
+        .table
+        .borrow()
+        .get_visible(&key)
+        .is_none_or(|s| s.is_closed());
+    ok && write_bytes(socket, streamed.end().to_vec()).await && keep && !ended
 }
 
 /// The next step for `cursor`: the audience's shared step when another
