@@ -73,8 +73,8 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
 /// 9110 §10.1.1). The same checks, in the same order, as the shard and
 /// `decide` make: a soft-deleted stream first (410, PROTOCOL.md §4.2).
 pub fn refusal_before_body(head: &RequestHead, key: &str, table: &Table) -> Option<Response> {
-    if table.get(key).is_some_and(|s| s.soft_deleted) {
-        return Some(super::fork::soft_deleted_reply(false));
+    if let Some(gone) = super::fork::soft_deleted_refusal(table, key, false) {
+        return Some(gone);
     }
     stream_taking_body(head, key, table).err()
 }

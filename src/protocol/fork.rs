@@ -10,7 +10,7 @@ use super::response::{Response, bad_request, conflict, not_found};
 use super::router::{Target, route};
 use super::{Request, attrs, content_type, create, json, offset};
 use crate::stream::fork::same_origin;
-use crate::stream::{ForkOrigin, Snapshot, Stream};
+use crate::stream::{ForkOrigin, Snapshot, Stream, Table};
 
 /// A PUT with `Stream-Forked-From`, validated as far as it can be without
 /// the source.
@@ -327,6 +327,13 @@ pub fn recreate(existing: &Stream, fork: &ForkRequest) -> Response {
         true => create::recreated(existing),
         false => create::exists_differently(),
     }
+}
+
+/// The answer on `key`'s URL when it is a soft-deleted source (§4.2),
+/// else None.
+pub fn soft_deleted_refusal(table: &Table, key: &str, is_put: bool) -> Option<Response> {
+    let soft = table.get(key).is_some_and(|s| s.soft_deleted);
+    soft.then(|| soft_deleted_reply(is_put))
 }
 
 /// §4.2 soft delete: the URL of a deleted source that forks still read

@@ -391,10 +391,8 @@ fn etag_matches(header: &str, tag: &str) -> bool {
 /// once it is soft-deleted (PROTOCOL.md §4.2: "410 Gone for all
 /// client-facing operations"), else 404.
 pub fn vanished(table: &Table, key: &str) -> Response {
-    match table.get(key) {
-        Some(stream) if stream.soft_deleted => super::fork::soft_deleted_reply(false),
-        _ => not_found("stream not found"),
-    }
+    super::fork::soft_deleted_refusal(table, key, false)
+        .unwrap_or_else(|| not_found("stream not found"))
 }
 
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.

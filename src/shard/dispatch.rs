@@ -128,13 +128,10 @@ async fn lifecycle(
     req: &Request<'_>,
 ) -> Option<Response> {
     let method = sr.head.method;
-    let soft = shard
-        .table
-        .borrow()
-        .get(sr.key)
-        .is_some_and(|s| s.soft_deleted);
-    if soft {
-        return Some(protocol::fork::soft_deleted_reply(method == Method::Put));
+    let is_put = method == Method::Put;
+    let soft = protocol::fork::soft_deleted_refusal(&shard.table.borrow(), sr.key, is_put);
+    if soft.is_some() {
+        return soft;
     }
     match method {
         Method::Put if !sr.attrs => match protocol::fork::parse(req) {
