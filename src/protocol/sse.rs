@@ -87,19 +87,23 @@ pub fn head(stream: &Stream, plan: &ReadPlan) -> Response {
     // A stream closed at the offset asked for: the closure signal is in
     // the headers too (PROTOCOL.md §8 `now` on a closed stream: "regardless
     // of the live parameter").
-    let tail = stream.tail();
-    let closed_here = stream.is_closed() && plan.start >= tail;
-    let reply = match closed_here {
+    let reply = match closed_at_start(stream, plan) {
         true => reply
             .header("stream-closed", "true")
             .header("stream-up-to-date", "true")
-            .header("stream-next-offset", offset::format(tail)),
+            .header("stream-next-offset", offset::format(stream.tail())),
         false => reply,
     };
     match data_type {
         Some(ct) => reply.header("stream-data-content-type", ct),
         None => reply,
     }
+}
+
+/// Whether the stream is closed where the read starts: the response is
+/// then its final control event alone, and the connection closes (§5.8).
+pub fn closed_at_start(stream: &Stream, plan: &ReadPlan) -> bool {
+    stream.is_closed() && plan.start >= stream.tail()
 }
 
 impl SseCursor {

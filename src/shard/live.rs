@@ -23,7 +23,7 @@ use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, MAX_READ_BYTES, ReadPlan};
 use crate::protocol::response::{not_found, storage_unavailable};
-use crate::protocol::sse::SseCursor;
+use crate::protocol::sse::{self, SseCursor};
 use crate::protocol::whole;
 use crate::protocol::window::Cut;
 
@@ -364,7 +364,7 @@ async fn sse(
     keep: bool,
 ) -> bool {
     let head = shard.table.borrow().get_visible(&plan.key).map(|stream| {
-        let ended = stream.is_closed() && plan.start >= stream.tail();
+        let ended = sse::closed_at_start(stream, &plan);
         (read::sse_head(stream, &plan), ended)
     });
     let Some((head, ended)) = head else {
