@@ -220,7 +220,7 @@ impl Shard {
     /// waiting on it counting as a read now (PROTOCOL.md §5.1).
     pub fn has_expired(&self, key: &str, stream: &crate::stream::Stream, now_ms: u64) -> bool {
         match self.waiters.has_readers(key) {
-            true => stream.expires_at_ms.is_some_and(|at| now_ms >= at),
+            true => stream.past_expires_at(now_ms),
             false => stream.is_expired(now_ms),
         }
     }

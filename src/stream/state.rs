@@ -184,10 +184,15 @@ impl Stream {
         }
     }
 
+    /// Whether its absolute expiry (`Stream-Expires-At`) has passed.
+    pub fn past_expires_at(&self, now_ms: u64) -> bool {
+        self.expires_at_ms.is_some_and(|at| now_ms >= at)
+    }
+
     /// Whether the stream has expired at `now_ms` (absolute expiry, or the
     /// TTL idle window since the last access).
     pub fn is_expired(&self, now_ms: u64) -> bool {
-        let absolute = self.expires_at_ms.is_some_and(|at| now_ms >= at);
+        let absolute = self.past_expires_at(now_ms);
         let idle = self
             .ttl_secs
             .is_some_and(|ttl| now_ms >= self.last_access_ms.saturating_add(ttl * 1000));
