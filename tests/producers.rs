@@ -6,41 +6,36 @@
 //! the ones before it; a gap nothing fills is still a 409.
 
 mod common;
+mod restart_helpers;
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{Server, req};
+use restart_helpers::{TEXT, producer_post};
 
-const TEXT: (&str, &str) = ("Content-Type", "text/plain");
-
-fn append(addr: std::net::SocketAddr, path: &str, seq: u64) -> common::Response {
-    let seq = seq.to_string();
-    let headers = [
-        TEXT,
-        ("Producer-Id", "p"),
-        ("Producer-Epoch", "0"),
-        ("Producer-Seq", seq.as_str()),
-    ];
-    req(addr, "POST", path, &headers, format!("<{seq}>").as_bytes())
+/// Producer `p`'s append `seq` (epoch 0) of `<seq>`.
+fn append(s: &Server, path: &str, seq: u64) -> common::Response {
+    producer_post(s, path, "p", 0, seq, format!("<{seq}>").as_bytes())
 }
 
 #[test]
 fn appends_ahead_of_their_sequence_wait_for_the_ones_before() {
     let s = Server::start(&["--cores", "2"]);
     let path = "/v1/stream/ahead";
-    assert_eq!(req(s.addr, "PUT", path, &[TEXT], b"").status, 201);
-    let early: Vec<_> = (1..6)
-        .map(|seq| {
-            let addr = s.addr;
-            thread::spawn(move || append(addr, path, seq).status)
-        })
-        .collect();
-    thread::sleep(Duration::from_millis(50));
-    assert_eq!(append(s.addr, path, 0).status, 200);
-    for (seq, early) in (1..6).zip(early) {
-        assert_eq!(early.join().unwrap(), 200, "seq {seq}");
-    }
+    let text = [("Content-Type", TEXT)];
+    assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
+    let s = &s;
+    thread::scope(|scope| {
+        let early: Vec<_> = (1..6)
+            .map(|seq| scope.spawn(move || append(s, path, seq).status))
+            .collect();
+        thread::sleep(Duration::from_millis(50));
+        assert_eq!(append(s, path, 0).status, 200);
+        for (seq, early) in (1..6).zip(early) {
+            assert_eq!(early.join().unwrap(), 200, "seq {seq}");
+        }
+    });
     let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
     assert_eq!(read.text(), "<0><1><2><3><4><5>");
 }
@@ -49,10 +44,11 @@ fn appends_ahead_of_their_sequence_wait_for_the_ones_before() {
 fn a_gap_nothing_fills_is_409_after_the_wait() {
     let s = Server::start(&["--cores", "1", "--producer-gap-wait-ms", "300"]);
     let path = "/v1/stream/gap";
-    assert_eq!(req(s.addr, "PUT", path, &[TEXT], b"").status, 201);
-    assert_eq!(append(s.addr, path, 0).status, 200);
+    let text = [("Content-Type", TEXT)];
+    assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
+    assert_eq!(append(&s, path, 0).status, 200);
     let started = Instant::now();
-    let gap = append(s.addr, path, 5);
+    let gap = append(&s, path, 5);
     assert_eq!(gap.status, 409);
     assert_eq!(gap.header("producer-expected-seq"), Some("1"));
     assert!(started.elapsed() >= Duration::from_millis(300));
