@@ -607,10 +607,26 @@ fn retention_by_record_advances_first_and_keeps_ordinals() {
     let path = bucketed("retain");
     five(&s, &path);
     let o1 = next_offset(&read_records(&s, &path, "record=0&max_records=1"));
+    let cached = read_records(&s, &path, "record=3");
+    let cached_tag = cached
+        .header("etag")
+        .expect("a record read's ETag")
+        .to_string();
     assert_eq!(put(&s, &path, "snapshot?record=4", b"upto-4").status, 204);
     let r = put(&s, &path, "retention?record=2", b"");
     assert_eq!(r.status, 204, "{}", r.text());
     assert_eq!(first_next(&s, &path), (2, 5));
+    // The same bytes, but a moved `Stream-Record-First`: a revalidation of
+    // the read cached before retention gets the new headers, not a 304.
+    let revalidated = req(
+        s.addr,
+        "GET",
+        &format!("{path}?record=3"),
+        &[("If-None-Match", &cached_tag)],
+        b"",
+    );
+    assert_eq!(revalidated.status, 200, "{}", revalidated.text());
+    assert_eq!(num(&revalidated, "stream-record-first"), 2);
     let r = assert_read(&s, &path, "record=2", (2, 2, 5), &values(2..5));
     assert_eq!(lines(&r.body).len(), 3, "N - F retained records");
     for gone in ["record=1", "record=0"] {

@@ -243,14 +243,18 @@ fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
 }
 
 /// A record view renders other bytes than the canonical read of the same
-/// range, so its ETag differs (extensions §6.8).
+/// range, so its ETag differs (extensions §6.8). Its headers also carry the
+/// first retained record, which retention moves without touching the bytes
+/// (§6.10): the tag names it, so a revalidation after retention is a 200
+/// with the new `Stream-Record-First`, not a 304 keeping the old one.
 fn view_etag(stream: &Stream, plan: &ReadPlan, end: u64, closed_at_end: bool) -> String {
     let tag = etag(stream, plan.start, end, closed_at_end);
-    match plan.records {
-        Some(view) if view.envelope => tag.replacen('"', "\"e:", 1),
-        Some(_) => tag.replacen('"', "\"r:", 1),
-        None => tag,
-    }
+    let kind = match plan.records {
+        Some(view) if view.envelope => "e",
+        Some(_) => "r",
+        None => return tag,
+    };
+    tag.replacen('"', &format!("\"{kind}{}:", stream.first_record), 1)
 }
 
 /// Record headers on a record-aware reply spanning `[start, end)`, else
