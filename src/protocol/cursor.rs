@@ -27,6 +27,16 @@ pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64, jitter_seed: u64) -
     }
 }
 
+/// `cursor`, or `floor` (a cursor sent earlier on the same response) when
+/// that is later: an SSE response's cursors never go back (§8.1), though
+/// each control event may draw new jitter.
+pub fn at_least(cursor: String, floor: Option<&str>) -> String {
+    match floor {
+        Some(floor) if decimal_cmp(floor, &cursor).is_gt() => floor.to_string(),
+        _ => cursor,
+    }
+}
+
 /// Compares two decimal numbers without leading zeros.
 fn decimal_cmp(a: &str, b: &str) -> std::cmp::Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
@@ -66,6 +76,14 @@ mod tests {
             let next: u64 = next_cursor(Some("1000"), EPOCH_MS, seed).parse().unwrap();
             assert!(next > 1000 && next <= 1000 + 180, "{next}");
         }
+    }
+
+    #[test]
+    fn a_later_floor_wins() {
+        assert_eq!(at_least("150".into(), Some("170")), "170");
+        assert_eq!(at_least("150".into(), Some("99")), "150");
+        assert_eq!(at_least("150".into(), None), "150");
+        assert_eq!(at_least("1000".into(), Some("999")), "1000");
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub struct SseCursor {
     /// unfinished: nothing more is sent until the tail moves past it or the
     /// stream closes (§5.8: no invalid UTF-8 in text events).
     pub held_at: Option<u64>,
+    /// The last `streamCursor` sent: later ones are never lower (§8.1).
+    pub last_cursor: Option<String>,
 }
 
 /// Everything `SseCursor::emit` reads besides the fetched bytes (which the
@@ -57,6 +59,7 @@ pub struct StepKey {
     client_cursor: Option<String>,
     interval: u64,
     announced: bool,
+    last_cursor: Option<String>,
 }
 
 /// What to write next, and whether the response ends after it.
@@ -114,6 +117,7 @@ impl SseCursor {
             next,
             announced: false,
             held_at: None,
+            last_cursor: None,
         }
     }
 
@@ -159,6 +163,7 @@ impl SseCursor {
             client_cursor: self.plan.cursor.clone(),
             interval: now_ms / cursor::INTERVAL_MS,
             announced: self.announced,
+            last_cursor: self.last_cursor.clone(),
         }
     }
 
@@ -169,6 +174,7 @@ impl SseCursor {
         self.next = after.next;
         self.announced = after.announced;
         self.held_at = after.held_at;
+        self.last_cursor.clone_from(&after.last_cursor);
     }
 
     /// One data event for the fetched window (bytes from `self.next`), then
@@ -293,7 +299,9 @@ impl SseCursor {
         seed: u64,
     ) {
         self.announced = true;
-        let cursor = cursor::next_cursor(self.plan.cursor.as_deref(), now_ms, seed);
+        let fresh = cursor::next_cursor(self.plan.cursor.as_deref(), now_ms, seed);
+        let cursor = cursor::at_least(fresh, self.last_cursor.as_deref());
+        self.last_cursor = Some(cursor.clone());
         let up = if up_to_date { ",\"upToDate\":true" } else { "" };
         let json = format!(
             "{{\"streamNextOffset\":\"{}\"{},\"streamCursor\":\"{cursor}\"{up}}}",
@@ -439,6 +447,43 @@ mod tests {
         assert_eq!((start, end), (1, 5), "the tail moved: on at once");
         let step = cursor.emit(stream, cut, "€b".as_bytes(), 0, 1);
         assert!(String::from_utf8(step.bytes).unwrap().contains("data:€b\n"));
+    }
+
+    /// §8.1: with the client's cursor at the current interval, each
+    /// control draws new jitter past it, but one response's cursors never
+    /// go back, also once the interval itself moves on.
+    #[test]
+    fn one_responses_cursors_never_go_back() {
+        let mut table = text_table(b"abc");
+        let now_ms = cursor::EPOCH_MS + 1_000 * cursor::INTERVAL_MS;
+        let plan = ReadPlan {
+            key: "k".into(),
+            surface: Surface::V1,
+            mode: LiveMode::Sse,
+            start: 0,
+            cursor: Some("1000".into()),
+            max_bytes: None,
+            records: None,
+            past_tail: false,
+            from_now: false,
+        };
+        let mut sse = SseCursor::new(plan);
+        let sent = |step: SseStep| -> u64 {
+            let text = String::from_utf8(step.bytes).unwrap();
+            let at = text.find("\"streamCursor\":\"").expect("a cursor") + 16;
+            text[at..].split('"').next().unwrap().parse().unwrap()
+        };
+        let mut last = 1000;
+        for (i, seed) in [3599u64, 0, 1700, 20, 3000, 1].into_iter().enumerate() {
+            let later = now_ms + i as u64 * cursor::INTERVAL_MS;
+            append(&mut table, b"x");
+            let (_, _, cut) = sse.next_window(table.get("k").unwrap()).unwrap();
+            let stream = table.get("k").unwrap();
+            let bytes = vec![b'x'; (stream.tail() - sse.next) as usize];
+            let cursor = sent(sse.emit(stream, cut, &bytes, later, seed));
+            assert!(cursor > 1000 && cursor >= last, "{cursor} after {last}");
+            last = cursor;
+        }
     }
 
     #[test]
