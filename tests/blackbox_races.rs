@@ -205,3 +205,64 @@ fn racing_create_delete_and_append_on_one_stream_keep_the_shard_alive() {
     assert!(!s.stderr().contains("panicked"), "{}", s.stderr());
     assert_alive(&s);
 }
+
+// ---- fork / delete race -------------------------------------------------------------
+
+#[test]
+fn a_delete_racing_forks_keeps_the_source_their_creates_acknowledged() {
+    // PROTOCOL.md §4.2: a source with forks is soft-deleted (410 on its URL,
+    // 409 on a re-create) until they are gone. A fork planned before the
+    // DELETE but not yet applied was not among the forks the DELETE
+    // counted: the source was deleted for good under an acknowledged fork.
+    const FORKS: usize = 4;
+    let s = Server::start(&["--cores", "2"]);
+    let mut raced = 0;
+    for round in 0..24 {
+        let source = new_stream_path();
+        create(&s, &source, TEXT);
+        let mut c = Conn::open(s.addr);
+        for piece in 0..4 {
+            append(
+                &mut c,
+                &source,
+                TEXT,
+                format!("<{round}:{piece}>").as_bytes(),
+            );
+        }
+        let whole = read_from(s.addr, &source, "-1").body;
+        let go = Arc::new(Barrier::new(FORKS + 1));
+        let forks: Vec<_> = (0..FORKS)
+            .map(|k| {
+                let (addr, go, from) = (s.addr, go.clone(), source.clone());
+                let fork = format!("{source}-f{k}");
+                thread::spawn(move || {
+                    let mut c = Conn::open(addr);
+                    go.wait();
+                    let r = c.request("PUT", &fork, &[("Stream-Forked-From", &from)], b"");
+                    (fork, r.status)
+                })
+            })
+            .collect();
+        go.wait();
+        let deleted = c.request("DELETE", &source, &[], b"").status;
+        let acked: Vec<String> = forks
+            .into_iter()
+            .map(|f| f.join().unwrap())
+            .filter(|(_, status)| *status == 201)
+            .map(|(fork, _)| fork)
+            .collect();
+        assert_eq!(deleted, 204);
+        for fork in &acked {
+            assert_eq!(read_from(s.addr, fork, "-1").body, whole, "{fork}");
+        }
+        if acked.is_empty() {
+            continue;
+        }
+        raced += 1;
+        let now = c.request("GET", &source, &[], b"").status;
+        assert_eq!(now, 410, "round {round}: a fork of it was acknowledged");
+        let again = c.request("PUT", &source, &[("Content-Type", TEXT)], b"");
+        assert_eq!(again.status, 409, "round {round}: {}", again.text());
+    }
+    assert!(raced > 0, "no fork was acknowledged in any round");
+}

@@ -13,6 +13,7 @@ use std::fs::File;
 use std::rc::Rc;
 
 use super::commit::Effect;
+use super::fork_lease::Lease;
 use super::placement::shard_of;
 use super::store::{self, FetchError};
 use super::{Shard, buckets, mesh::MeshMsg, slices, snapshot};
@@ -33,8 +34,10 @@ const CHANNEL_DEPTH: usize = 4;
 
 /// What a source's shard sends a fork's shard, in this order.
 pub enum Lent {
-    /// The plan, and the blob of the snapshot it inherits, held open.
-    Plan(Result<(SourcePlan, Option<File>), Response>),
+    /// The plan, the blob of the snapshot it inherits (held open), and the
+    /// lease that keeps the source from a hard delete until the fork is
+    /// applied or has failed.
+    Plan(Result<Box<(SourcePlan, Option<File>, Lease)>, Response>),
     /// One inherited append (or the retained part of one).
     Piece {
         start: u64,
@@ -86,7 +89,13 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
             return;
         }
     };
-    if tx.send_async(Lent::Plan(Ok((plan, blob)))).await.is_err() {
+    shard.fork_leases.start(id);
+    let lease = Lease::new(shard.mesh.clone(), shard.index, key.clone(), id);
+    if tx
+        .send_async(Lent::Plan(Ok(Box::new((plan, blob, lease)))))
+        .await
+        .is_err()
+    {
         return;
     }
     for window in windows(&pieces) {
@@ -161,8 +170,9 @@ pub async fn create(
     {
         return storage_unavailable("the source's shard is stopping");
     }
-    let (plan, source_blob) = match rx.recv_async().await {
-        Ok(Lent::Plan(Ok(planned))) => planned,
+    // The lease ends when this function returns: after the FORK applied.
+    let (plan, source_blob, _lease) = match rx.recv_async().await {
+        Ok(Lent::Plan(Ok(planned))) => *planned,
         Ok(Lent::Plan(Err(reply)) | Lent::Failed(reply)) => return reply,
         _ => return storage_unavailable("the source's shard did not answer"),
     };
@@ -376,11 +386,15 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
         return not_found("stream not found");
     };
     // Unknown (a stopped shard did not say) counts as having forks: a soft
-    // delete is collected later, a hard one would strand the forks.
+    // delete is collected later, a hard one would strand the forks. So does
+    // a fork planned but not yet applied (its lease).
+    let watch = shard.fork_leases.watch(id);
     let forks = count_forks(shard, id).await;
+    let uncounted = watch.leased();
+    drop(watch);
     let command = match shard.table.borrow().get(key) {
         Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
-        Some(s) if s.id == id && forks != Some(0) => Command::SoftDelete {
+        Some(s) if s.id == id && (forks != Some(0) || uncounted) => Command::SoftDelete {
             key: key.to_string(),
             stream_id: id,
         },
@@ -418,9 +432,15 @@ pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
                 .get(&key)
                 .is_some_and(|s| s.id == id && s.soft_deleted)
         };
-        if !soft(&shard) || count_forks(&shard, id).await != Some(0) || !soft(&shard) {
+        if !soft(&shard) {
             return;
         }
+        let watch = shard.fork_leases.watch(id);
+        let forks = count_forks(&shard, id).await;
+        if forks != Some(0) || watch.leased() || !soft(&shard) {
+            return;
+        }
+        drop(watch);
         let command = Command::Delete {
             key: key.clone(),
             stream_id: id,
@@ -462,6 +482,10 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
             let _ = reply.send(shard.table.borrow().fork_count(source_id));
         }
         MeshMsg::ForkReleased { source, source_id } => collect(shard, source, source_id),
+        MeshMsg::ForkLeaseEnded { source, source_id } => {
+            shard.fork_leases.end(source_id);
+            collect(shard, source, source_id);
+        }
         _ => unreachable!("only fork messages come here"),
     }
 }

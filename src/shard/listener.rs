@@ -486,7 +486,8 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
             MeshMsg::Shutdown => shard.begin_stop(),
             msg @ (MeshMsg::ForkSource { .. }
             | MeshMsg::ForkRefs { .. }
-            | MeshMsg::ForkReleased { .. }) => fork::handle_mesh(&shard, msg),
+            | MeshMsg::ForkReleased { .. }
+            | MeshMsg::ForkLeaseEnded { .. }) => fork::handle_mesh(&shard, msg),
             other => buckets::handle_mesh(&shard, other),
         }
     }

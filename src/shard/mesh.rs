@@ -56,6 +56,12 @@ pub enum MeshMsg {
         source: String,
         source_id: u64,
     },
+    /// A fork planned from `source` applied or failed: its lease ends
+    /// (`fork_lease`), and a soft-deleted source may be collected.
+    ForkLeaseEnded {
+        source: String,
+        source_id: u64,
+    },
     /// Summaries of this shard's streams of `bucket` whose id starts with
     /// `prefix` and sorts after `after`: the first `limit`, in id order.
     ScanBucket {

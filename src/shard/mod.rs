@@ -13,6 +13,7 @@ pub mod commit;
 pub mod conn;
 pub mod dispatch;
 pub mod fork;
+pub mod fork_lease;
 pub mod guard;
 pub mod listener;
 pub mod live;
@@ -73,6 +74,8 @@ pub struct Shard {
     pub replies: Rc<replies::ReplyBudget>,
     /// Request body bytes held while they arrive and are handled.
     pub bodies: Rc<replies::ReplyBudget>,
+    /// Forks planned from this shard's streams and not yet applied.
+    pub fork_leases: fork_lease::Leases,
     jitter: Cell<u64>,
 }
 
@@ -120,6 +123,7 @@ impl Shard {
             metrics: crate::metrics::Metrics::default(),
             replies: Rc::default(),
             bodies: Rc::default(),
+            fork_leases: fork_lease::Leases::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
