@@ -86,14 +86,15 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     }
 }
 
-/// `offset`: at most once, never empty, `-1`, `now` or a token; `live`:
-/// `long-poll` or `sse`, which require an offset or a record start.
+/// `offset`: at most once, never empty, `-1`, `now` or a token; `live`: at
+/// most once, `long-poll` or `sse`, which require an offset or a record
+/// start (§5.6 and §5.7: invalid parameters are 400).
 fn parse_params(req: &Request, record_start: bool) -> Result<(OffsetParam, LiveMode), Response> {
     let param = match req.query_once("offset")? {
         None => None,
         Some(one) => Some(offset::parse_param(one).ok_or_else(|| bad_request("malformed offset"))?),
     };
-    let mode = match req.head.query_param("live") {
+    let mode = match req.query_once("live")? {
         None => LiveMode::CatchUp,
         Some("long-poll") => LiveMode::LongPoll,
         Some("sse") => LiveMode::Sse,
@@ -518,7 +519,9 @@ pub fn head(req: &Request, table: &Table) -> Response {
         reply = reply.header("stream-expires-at", at.clone());
     }
     let reply = records::bounds_headers(stream, reply);
-    super::snapshot::head_headers(stream, reply)
+    let reply = super::snapshot::head_headers(stream, reply);
+    // RFC 9110 §13.1.2: a HEAD naming its current ETag gets 304, as a GET.
+    not_modified(req.head.header("if-none-match"), &reply).unwrap_or(reply)
 }
 
 /// Response head of an SSE read (§5.7).

@@ -391,11 +391,10 @@ fn reads_validate_offsets_and_honour_etags() {
             .status;
         assert_eq!(status, 400, "{bad:?}");
     }
-    assert_eq!(
-        h.reply("GET", &format!("{KEY}?offset=-1&offset=-1"), &[], b"")
-            .status,
-        400
-    );
+    for twice in ["offset=-1&offset=-1", "offset=-1&live=long-poll&live=sse"] {
+        let status = h.reply("GET", &format!("{KEY}?{twice}"), &[], b"").status;
+        assert_eq!(status, 400, "{twice}");
+    }
     // §5.5: no data beyond the requested offset is an empty 200; past the
     // tail it names the tail, where the client can resume.
     let past = h.reply(
@@ -438,6 +437,17 @@ fn reads_validate_offsets_and_honour_etags() {
     }
     let other = h.reply("GET", KEY, &[("if-none-match", "\"other\", W/\"x\"")], b"");
     assert_eq!(other.status, 200);
+    // So does a HEAD naming its own ETag (RFC 9110 §13.1.2: GET or HEAD).
+    let head_tag = h
+        .reply("HEAD", KEY, &[], b"")
+        .get_header("etag")
+        .unwrap()
+        .to_string();
+    let head = h.reply("HEAD", KEY, &[("if-none-match", &head_tag)], b"");
+    assert_eq!(head.status, 304);
+    assert_eq!(head.get_header("etag"), Some(head_tag.as_str()));
+    let head = h.reply("HEAD", KEY, &[("if-none-match", "\"other\"")], b"");
+    assert_eq!(head.status, 200);
     let from = h.reply(
         "GET",
         &format!("{KEY}?offset={}", offset::format(2)),
