@@ -333,6 +333,37 @@ fn header_block_over_64k_is_431() {
 }
 
 #[test]
+fn a_target_longer_than_the_head_limit_is_414() {
+    // RFC 9112 §3: "A server that receives a request-target longer than any
+    // URI it wishes to parse MUST respond with a 414 (URI Too Long)".
+    let s = Server::start(&[]);
+    let mut c = Conn::open(s.addr);
+    let target = format!("/v1/stream/x?pad={}", "a".repeat(40 * 1024));
+    let _ = c.try_send_raw(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+    assert_status(&mut c, 414, "a 40 KB target");
+    assert_alive(&s);
+}
+
+#[test]
+fn an_absolute_form_target_names_the_host_of_the_location() {
+    // RFC 9112 §3.2.2: the target's authority, not the Host field.
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    let mut c = Conn::open(s.addr);
+    c.send_raw(
+        format!(
+            "PUT http://streams.example:8080{path} HTTP/1.1\r\nHost: other\r\n\
+             Content-Type: text/plain\r\nContent-Length: 0\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let expected = format!("http://streams.example:8080{path}");
+    assert_eq!(r.header("location"), Some(expected.as_str()));
+}
+
+#[test]
 fn two_hundred_headers_is_431() {
     let s = Server::start(&[]);
     let path = new_stream_path();

@@ -91,6 +91,9 @@ pub struct RequestHead {
     pub path: String,
     /// The path exactly as sent (before '?').
     pub raw_path: String,
+    /// An absolute-form target's `host[:port]`: it stands for the Host
+    /// field (RFC 9112 §3.2.2).
+    pub authority: Option<String>,
     /// Decoded query pairs in order; '+' is kept literally.
     pub query: Vec<(String, String)>,
     /// Header names lower-cased, values trimmed.
@@ -105,6 +108,12 @@ pub struct RequestHead {
 }
 
 impl RequestHead {
+    /// The host the request names: an absolute-form target's authority,
+    /// else the Host field (RFC 9112 §3.2.2: the former wins).
+    pub fn host(&self) -> Option<&str> {
+        self.authority.as_deref().or_else(|| self.header("host"))
+    }
+
     /// First value of the header `name_lowercase`.
     pub fn header(&self, name_lowercase: &str) -> Option<&str> {
         self.headers.first(name_lowercase)
@@ -128,6 +137,8 @@ impl RequestHead {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HttpError {
     HeadTooLarge,
+    /// The request line alone filled the head limit (RFC 9112 §3: 414).
+    TargetTooLong,
     TooManyHeaders,
     BodyTooLarge,
     Malformed(&'static str),
@@ -140,6 +151,7 @@ impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
             HttpError::HeadTooLarge | HttpError::TooManyHeaders => 431,
+            HttpError::TargetTooLong => 414,
             HttpError::BodyTooLarge => 413,
             HttpError::Malformed(_) | HttpError::UnsupportedTransferEncoding => 400,
             HttpError::UnsupportedVersion => 505,
@@ -150,6 +162,7 @@ impl HttpError {
     pub fn code(&self) -> &'static str {
         match self {
             HttpError::HeadTooLarge => "head_too_large",
+            HttpError::TargetTooLong => "uri_too_long",
             HttpError::TooManyHeaders => "too_many_headers",
             HttpError::BodyTooLarge => "body_too_large",
             HttpError::Malformed(_) => "malformed_request",
@@ -162,6 +175,7 @@ impl HttpError {
     pub fn message(&self) -> String {
         match self {
             HttpError::HeadTooLarge => "request head exceeds the size limit".to_owned(),
+            HttpError::TargetTooLong => "request target exceeds the head size limit".to_owned(),
             HttpError::TooManyHeaders => "request has too many header fields".to_owned(),
             HttpError::BodyTooLarge => "request body exceeds the size limit".to_owned(),
             HttpError::Malformed(why) => format!("malformed request: {why}"),
@@ -267,11 +281,37 @@ fn request_line_version(window: &[u8]) -> Option<usize> {
 }
 
 fn incomplete(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpError> {
-    if buf.len() >= limits.max_head_bytes {
-        Err(HttpError::HeadTooLarge)
-    } else {
-        Ok(None)
+    if !could_start_a_request(buf) {
+        return Err(HttpError::Malformed("invalid request line"));
     }
+    if buf.len() < limits.max_head_bytes {
+        return Ok(None);
+    }
+    let window = &buf[..limits.max_head_bytes];
+    let line = window.trim_ascii_start();
+    match (memchr::memchr(b'\n', line), memchr::memchr(b' ', line)) {
+        // A method, then a target that has not ended within the limit.
+        (None, Some(_)) => Err(HttpError::TargetTooLong),
+        _ => Err(HttpError::HeadTooLarge),
+    }
+}
+
+/// Whether the bytes so far could begin a request: after any empty lines
+/// (RFC 9112 §2.2), a method token up to its space. Anything else (a TLS
+/// hello, binary noise) is refused at once rather than at the idle timeout.
+fn could_start_a_request(buf: &[u8]) -> bool {
+    let start = buf
+        .iter()
+        .position(|&b| b != b'\r' && b != b'\n')
+        .unwrap_or(buf.len());
+    let rest = &buf[start..];
+    let method_end = memchr::memchr(b' ', rest).unwrap_or(rest.len());
+    (method_end > 0 || rest.is_empty()) && rest[..method_end].iter().all(|&b| is_tchar(b))
+}
+
+/// RFC 9110 §5.6.2 token characters.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Cheap pre-check: a head can only be complete once an empty line exists.
@@ -331,19 +371,28 @@ fn build_head(
     let target = req
         .path
         .ok_or(HttpError::Malformed("missing request target"))?;
-    let (raw_path, query_str) = split_target(target, method)?;
+    let target = split_target(target, method)?;
+    if target.authority.is_some_and(|a| !valid_host(a)) {
+        return Err(HttpError::Malformed(
+            "invalid authority in the request target",
+        ));
+    }
     let headers = Fields::collect(req.headers)?;
     let body = body_kind(&headers, limits)?;
     // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding must close after.
     let keep_alive = (http11 || body != BodyKind::Chunked) && keep_alive(&headers, http11);
-    let expect_continue = headers
-        .values("expect")
-        .any(|v| v.eq_ignore_ascii_case("100-continue"));
+    // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored (no
+    // 1xx may be sent to it, §15.2).
+    let expect_continue = http11
+        && headers
+            .values("expect")
+            .any(|v| v.eq_ignore_ascii_case("100-continue"));
     Ok(RequestHead {
         method,
-        path: percent_decode(raw_path)?,
-        query: parse_query(query_str)?,
-        raw_path: raw_path.to_owned(),
+        path: percent_decode(target.path)?,
+        query: parse_query(target.query)?,
+        raw_path: target.path.to_owned(),
+        authority: target.authority.map(str::to_owned),
         expect_continue,
         headers,
         body,

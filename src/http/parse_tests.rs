@@ -126,11 +126,28 @@ fn target_forms() {
     assert_eq!((h.path.as_str(), h.raw_path.as_str()), ("/x y", "/x%20y"));
     let h = path("HTTPS://example.com?o=1");
     assert_eq!((h.path.as_str(), h.query_param("o")), ("/", Some("1")));
+    assert_eq!(path("http://h").path, "/");
+    // RFC 9112 §3.2.2: the absolute form's authority stands for the Host.
+    let h = ok("GET http://a.example:81/s HTTP/1.1\r\nHost: b.example\r\n\r\n");
     assert_eq!(
-        (path("http://h").path, path("/p#frag").path),
-        ("/".into(), "/p".into())
+        (h.host(), h.header("host")),
+        (Some("a.example:81"), Some("b.example"))
     );
-    for bad in ["*", "foo", "ftp://h/x", "http:/x"] {
+    assert_eq!(ok("GET /s HTTP/1.1\r\nHost: b\r\n\r\n").host(), Some("b"));
+    // No fragment (§3.2), no empty host (RFC 9110 §4.2.1), no userinfo
+    // (§4.2.4), no characters a host cannot hold.
+    let refused = [
+        "*",
+        "foo",
+        "ftp://h/x",
+        "http:/x",
+        "/p#frag",
+        "http:///x",
+        "http://:80/x",
+        "http://u:p@h/x",
+        "http://h\"/x",
+    ];
+    for bad in refused {
         assert!(malformed(&format!("GET {bad} HTTP/1.1\r\n\r\n")), "{bad}");
     }
 }
@@ -151,9 +168,23 @@ fn head_too_large() {
     let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(100));
     let at = |n: usize| parse_head(&long.as_bytes()[..n.min(long.len())], &limits);
     assert!(matches!(at(63), Ok(None)));
+    // RFC 9112 §3: a target longer than the server parses is 414.
     assert_eq!(
         (at(64).err(), at(200).err()),
-        (Some(HeadTooLarge), Some(HeadTooLarge))
+        (Some(TargetTooLong), Some(TargetTooLong))
+    );
+    assert_eq!(TargetTooLong.status(), 414);
+    let fields = format!("GET / HTTP/1.1\r\nx: {}\r\n", "a".repeat(100));
+    assert_eq!(
+        parse_head(fields.as_bytes(), &limits).err(),
+        Some(HeadTooLarge),
+        "the fields, not the target, overflow"
+    );
+    // A method that never ends is no target (431, as any overlong head).
+    let method = "A".repeat(100);
+    assert_eq!(
+        parse_head(method.as_bytes(), &limits).err(),
+        Some(HeadTooLarge)
     );
     let exact = format!("GET /{} HTTP/1.1\r\n\r\n", "b".repeat(64 - 18));
     assert!(matches!(parse_head(exact.as_bytes(), &limits), Ok(Some(_))));
@@ -162,6 +193,32 @@ fn head_too_large() {
         parse_head(over.as_bytes(), &limits).err(),
         Some(HeadTooLarge)
     );
+}
+
+/// Bytes that cannot begin a request are refused before the head ends.
+#[test]
+fn a_head_that_cannot_be_a_request_is_refused_at_once() {
+    for garbage in [
+        &b"\x16\x03\x01\x02\x00\x01"[..],
+        b"\x00\x00",
+        b"GE(T / HT",
+        b" GET /",
+    ] {
+        assert!(
+            matches!(parse_head(garbage, &Limits::default()), Err(Malformed(_))),
+            "{garbage:?}"
+        );
+    }
+    for prefix in [
+        &b""[..],
+        b"\r\n",
+        b"GET",
+        b"GET /s HT",
+        b"\r\nPUT /x?a=b HTTP/1.1\r\nHo",
+    ] {
+        let parsed = parse_head(prefix, &Limits::default());
+        assert!(matches!(parsed, Ok(None)), "{prefix:?}");
+    }
 }
 
 #[test]
@@ -308,6 +365,8 @@ fn transfer_encoding() {
 fn expect_continue_and_header_lookup() {
     assert!(ok("PUT / HTTP/1.1\r\nExpect: 100-Continue\r\n\r\n").expect_continue);
     assert!(!ok("PUT / HTTP/1.1\r\nExpect: other\r\n\r\n").expect_continue);
+    // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored.
+    assert!(!ok("PUT / HTTP/1.0\r\nExpect: 100-continue\r\n\r\n").expect_continue);
     let h = ok("GET / HTTP/1.1\r\nX-A: 1\r\nx-a: 2\r\nEmpty:\r\n\r\n");
     let got = (
         h.header("x-a"),

@@ -1,39 +1,66 @@
 //! The request target (RFC 9112 §3.2): origin-, absolute- and
-//! asterisk-form, the fragment dropped, the path and the query pairs
-//! percent-decoded (RFC 3986 §2.1) into UTF-8.
+//! asterisk-form (an absolute form's authority kept: it stands for the
+//! Host, §3.2.2), no fragment, the path and the query pairs percent-decoded
+//! (RFC 3986 §2.1) into UTF-8.
 
 use super::parse::{HttpError, Method};
 
-/// Splits the request target into (raw path, raw query).
-pub(super) fn split_target(target: &str, method: Method) -> Result<(&str, &str), HttpError> {
+/// A request target's parts, raw (still percent-encoded).
+pub(super) struct Target<'a> {
+    pub path: &'a str,
+    pub query: &'a str,
+    /// An absolute form's `host[:port]`.
+    pub authority: Option<&'a str>,
+}
+
+/// Splits the request target into its raw parts.
+pub(super) fn split_target(target: &str, method: Method) -> Result<Target<'_>, HttpError> {
     if target == "*" {
         return match method {
-            Method::Options => Ok(("*", "")),
+            Method::Options => Ok(Target {
+                path: "*",
+                query: "",
+                authority: None,
+            }),
             _ => Err(HttpError::Malformed(
                 "asterisk-form target is only valid for OPTIONS",
             )),
         };
     }
-    let origin = origin_form(target)?;
-    let without_fragment = origin.split('#').next().unwrap_or("");
-    let (path, query) = without_fragment
-        .split_once('?')
-        .unwrap_or((without_fragment, ""));
-    Ok((if path.is_empty() { "/" } else { path }, query))
+    let (authority, origin) = origin_form(target)?;
+    // RFC 9112 §3.2: no form of request-target has a fragment.
+    if origin.contains('#') {
+        return Err(HttpError::Malformed("a request target has no fragment"));
+    }
+    let (path, query) = origin.split_once('?').unwrap_or((origin, ""));
+    let path = if path.is_empty() { "/" } else { path };
+    Ok(Target {
+        path,
+        query,
+        authority,
+    })
 }
 
-/// Returns the origin-form part (path and query) of an origin- or absolute-form target.
-fn origin_form(target: &str) -> Result<&str, HttpError> {
+/// The authority (absolute form only) and the origin-form part (path and
+/// query) of an origin- or absolute-form target.
+fn origin_form(target: &str) -> Result<(Option<&str>, &str), HttpError> {
     if target.starts_with('/') {
-        return Ok(target);
+        return Ok((None, target));
     }
     let rest = strip_prefix_ci(target, "http://")
         .or_else(|| strip_prefix_ci(target, "https://"))
         .ok_or(HttpError::Malformed("request target must be origin-form"))?;
-    match rest.find(['/', '?', '#']) {
-        Some(i) => Ok(rest.get(i..).unwrap_or("")),
-        None => Ok(""),
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    // RFC 9110 §4.2.1: an http URI with an empty host is invalid; §4.2.4:
+    // userinfo in one is an error.
+    if authority.is_empty() || authority.starts_with(':') {
+        return Err(HttpError::Malformed("absolute-form target without a host"));
     }
+    if authority.contains('@') {
+        return Err(HttpError::Malformed("absolute-form target with userinfo"));
+    }
+    Ok((Some(authority), &rest[end..]))
 }
 
 fn strip_prefix_ci<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {

@@ -144,7 +144,7 @@ pub fn recreated(existing: &Stream) -> Response {
 /// `Location` for a 201: the stream's absolute URL when the Host is known.
 pub fn location(req: &Request) -> String {
     let path = &req.head.raw_path;
-    match req.head.header("host") {
+    match req.head.host() {
         Some(host) if !host.is_empty() => format!("http://{host}{path}"),
         _ => path.clone(),
     }
