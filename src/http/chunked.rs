@@ -2,15 +2,20 @@
 //!
 //! Owns: an incremental, resumable state machine that turns
 //! `Transfer-Encoding: chunked` bytes into body bytes. Input may be split at
-//! any byte boundary; bare LF line endings are accepted; chunk extensions and
-//! trailer fields are skipped but bounded; the decoded size is capped.
+//! any byte boundary; every framing line ends in CRLF (RFC 9112 allows a bare
+//! LF only in the start line and header fields: accepting one here is the
+//! "funky chunks" request-smuggling class); chunk extensions are skipped but
+//! bounded per line and per body; trailer fields are skipped once they show
+//! a name and a colon, bounded; the decoded size is capped.
 
-use crate::http::parse::HttpError;
+use crate::http::parse::{HttpError, is_tchar};
 
 /// Maximum hex digits in a chunk-size (16 digits always fit in a u64).
 const MAX_SIZE_DIGITS: u8 = 16;
 /// Maximum bytes of chunk extensions on one chunk-size line.
 const MAX_EXT_BYTES: usize = 4096;
+/// Maximum bytes of chunk extensions over a whole body.
+const MAX_BODY_EXT_BYTES: usize = 64 << 10;
 /// Maximum bytes of the whole trailer section (including line endings).
 const MAX_TRAILER_BYTES: usize = 8192;
 
@@ -52,7 +57,10 @@ pub struct ChunkedDecoder {
     digits: u8,
     remaining: u64,
     ext_bytes: usize,
+    body_ext_bytes: usize,
     trailer_bytes: usize,
+    /// Whether the current trailer line's name has ended in its colon.
+    trailer_colon: bool,
     total: u64,
     max_body_bytes: u64,
     error: Option<HttpError>,
@@ -67,7 +75,9 @@ impl ChunkedDecoder {
             digits: 0,
             remaining: 0,
             ext_bytes: 0,
+            body_ext_bytes: 0,
             trailer_bytes: 0,
+            trailer_colon: false,
             total: 0,
             max_body_bytes,
             error: None,
@@ -127,23 +137,47 @@ impl ChunkedDecoder {
         n
     }
 
-    /// Skips extension or trailer bytes up to and including CR or LF.
+    /// Skips extension or trailer bytes up to and including the CR that
+    /// ends the line.
     fn skip_line(&mut self, rest: &[u8]) -> Result<usize, HttpError> {
         let end = memchr::memchr2(b'\r', b'\n', rest);
         let consumed = end.map_or(rest.len(), |i| i + 1);
         self.count_line_bytes(consumed)?;
-        match end.and_then(|i| rest.get(i)) {
-            Some(b'\r') => self.state = self.line_cr_state(),
-            Some(_) => self.end_line()?,
-            None => {}
+        if self.state == State::Trailer {
+            self.check_trailer_name(&rest[..end.unwrap_or(rest.len())])?;
         }
-        Ok(consumed)
+        match end.and_then(|i| rest.get(i)) {
+            Some(b'\r') if self.state == State::Trailer && !self.trailer_colon => {
+                Err(HttpError::Malformed("trailer field without a colon"))
+            }
+            Some(b'\r') => {
+                self.state = self.line_cr_state();
+                Ok(consumed)
+            }
+            Some(_) => Err(bare_lf()),
+            None => Ok(consumed),
+        }
+    }
+
+    /// A trailer field's name, up to its colon, is a token (RFC 9110 §5.1).
+    fn check_trailer_name(&mut self, bytes: &[u8]) -> Result<(), HttpError> {
+        if self.trailer_colon {
+            return Ok(());
+        }
+        let name_end = memchr::memchr(b':', bytes);
+        let name = &bytes[..name_end.unwrap_or(bytes.len())];
+        if !name.iter().all(|&b| is_tchar(b)) {
+            return Err(HttpError::Malformed("invalid trailer field name"));
+        }
+        self.trailer_colon = name_end.is_some();
+        Ok(())
     }
 
     fn count_line_bytes(&mut self, n: usize) -> Result<(), HttpError> {
         if self.state == State::Ext {
             self.ext_bytes = self.ext_bytes.saturating_add(n);
-            if self.ext_bytes > MAX_EXT_BYTES {
+            self.body_ext_bytes = self.body_ext_bytes.saturating_add(n);
+            if self.ext_bytes > MAX_EXT_BYTES || self.body_ext_bytes > MAX_BODY_EXT_BYTES {
                 return Err(HttpError::Malformed("chunk extensions too long"));
             }
             return Ok(());
@@ -165,16 +199,6 @@ impl ChunkedDecoder {
             State::SizeLf
         } else {
             State::TrailerLf
-        }
-    }
-
-    /// Handles LF ending the current extension or trailer line.
-    fn end_line(&mut self) -> Result<(), HttpError> {
-        if self.state == State::Ext {
-            self.end_size_line()
-        } else {
-            self.state = State::TrailerStart;
-            Ok(())
         }
     }
 
@@ -222,7 +246,7 @@ impl ChunkedDecoder {
             b';' => State::Ext,
             b' ' | b'\t' => State::SizeWs,
             b'\r' => State::SizeLf,
-            b'\n' => return self.end_size_line(),
+            b'\n' => return Err(bare_lf()),
             _ => return Err(HttpError::Malformed("invalid chunk size")),
         };
         Ok(())
@@ -259,7 +283,7 @@ impl ChunkedDecoder {
     fn data_end(&mut self, b: u8) -> Result<(), HttpError> {
         self.state = match b {
             b'\r' => State::DataLf,
-            b'\n' => State::SizeStart,
+            b'\n' => return Err(bare_lf()),
             _ => return Err(HttpError::Malformed("missing CRLF after chunk data")),
         };
         Ok(())
@@ -268,14 +292,21 @@ impl ChunkedDecoder {
     fn trailer_start(&mut self, b: u8) -> Result<(), HttpError> {
         self.state = match b {
             b'\r' => State::FinalLf,
-            b'\n' => State::Done,
-            _ => {
+            b'\n' => return Err(bare_lf()),
+            // A name's first byte; obs-fold (a leading space) is refused.
+            _ if is_tchar(b) => {
                 self.count_trailer_bytes(1)?;
+                self.trailer_colon = false;
                 State::Trailer
             }
+            _ => return Err(HttpError::Malformed("invalid trailer field name")),
         };
         Ok(())
     }
+}
+
+fn bare_lf() -> HttpError {
+    HttpError::Malformed("chunked framing lines end in CRLF")
 }
 
 fn expect_lf(b: u8, what: &'static str) -> Result<(), HttpError> {
@@ -344,10 +375,10 @@ mod tests {
     const SAMPLES: &[&[u8]] = &[
         b"5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
         b"5;ext=1;q=\"x\"\r\nhello\r\n0;last\r\nTrailer: a\r\nOther: b\r\n\r\n",
-        b"A\nabcdefghij\n0\n\n",
+        b"A\r\nabcdefghij\r\n0\r\n\r\n",
         b"0000000000000003\r\nabc\r\n0\r\n\r\n",
         b"3 ;x\r\nabc\r\n0\r\n\r\n",
-        b"1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX: y\n\n",
+        b"1a\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX: y\r\nZ:\r\n\r\n",
         b"0\r\n\r\n",
     ];
 
@@ -441,6 +472,18 @@ mod tests {
             b"0\r\n\rX",
             b"3;a\rb\r\n",
             b"11111111111111111\r\n",
+            // Bare LFs: after the size, the data, an extension, the last
+            // chunk and a trailer (RFC 9112 §7.1 frames with CRLF).
+            b"3\nabc\r\n",
+            b"3\r\nabc\n0\r\n\r\n",
+            b"3;x\nabc\r\n",
+            b"0\r\n\n",
+            b"0\r\nX: y\n\r\n",
+            // Trailer lines: a name and a colon, no obs-fold.
+            b"0\r\nnocolon\r\n\r\n",
+            b"0\r\n: v\r\n\r\n",
+            b"0\r\nX: y\r\n folded\r\n\r\n",
+            b"0\r\nX y: v\r\n\r\n",
         ] {
             assert!(
                 matches!(whole(bad), Err(HttpError::Malformed(_))),
@@ -503,14 +546,14 @@ mod tests {
         );
         let mut short_lines = b"0\r\n".to_vec();
         for _ in 0..5000 {
-            short_lines.extend_from_slice(b"x\n");
+            short_lines.extend_from_slice(b"x:\r\n");
         }
         assert_eq!(
             whole(&short_lines),
             Err(HttpError::Malformed("trailers too large"))
         );
-        let mut ok = b"0\r\n".to_vec();
-        ok.extend_from_slice(&[b'a'; 8000]);
+        let mut ok = b"0\r\na:".to_vec();
+        ok.extend_from_slice(&[b'a'; 7998]);
         ok.extend_from_slice(b"\r\n\r\n");
         assert!(whole(&ok).map(|r| r.2).unwrap());
     }
@@ -533,6 +576,17 @@ mod tests {
         }
         ok.extend_from_slice(b"0\r\n\r\n");
         assert_eq!(whole(&ok).unwrap().1, b"xxx");
+        // and per body: many short lines add up.
+        let mut many = Vec::new();
+        for _ in 0..(MAX_BODY_EXT_BYTES / 1000 + 1) {
+            many.extend_from_slice(b"1;");
+            many.extend_from_slice(&[b'e'; 1000]);
+            many.extend_from_slice(b"\r\nx\r\n");
+        }
+        assert_eq!(
+            whole(&many),
+            Err(HttpError::Malformed("chunk extensions too long"))
+        );
     }
 
     #[test]

@@ -310,7 +310,7 @@ fn could_start_a_request(buf: &[u8]) -> bool {
 }
 
 /// RFC 9110 §5.6.2 token characters.
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
