@@ -180,3 +180,51 @@ fn a_whole_answer_of_a_closed_stream_says_so_and_keeps_the_connection() {
         "the connection serves on after whole answers"
     );
 }
+
+#[test]
+fn retention_during_a_whole_catch_up_leaves_it_whole() {
+    // A response announces its length, then retention passes bytes it has
+    // not sent yet (extensions §2.2, §3.4): it must still end as announced
+    // (it was cut short at the next window), while new reads before the
+    // retained offset are 410.
+    let s = Server::start(&["--cores", "1", "--cache-bytes", "1048576"]);
+    assert_eq!(req(s.addr, "PUT", "/whole", &[], b"").status, 201);
+    let path = "/whole/retained";
+    assert_eq!(req(s.addr, "PUT", path, &[OCTETS], b"").status, 201);
+    // 24 MiB: more than loopback buffers hold for a client not reading.
+    let all = fill(&s, path, 12, 2 << 20);
+    let tail = tail_of(&s, path);
+    let mut reader = std::net::TcpStream::connect(s.addr).unwrap();
+    let get = format!("GET {path}?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    reader.write_all(get.as_bytes()).unwrap();
+    let mut got = vec![0u8; 64 << 10];
+    let n = reader.read(&mut got).unwrap();
+    got.truncate(n);
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+
+    let snapshot = req(s.addr, "PUT", &format!("{path}/snapshot/{tail}"), &[], b"s");
+    assert_eq!(snapshot.status, 204, "{}", snapshot.text());
+    let retain = req(s.addr, "PUT", &format!("{path}/retention/{tail}"), &[], b"");
+    assert_eq!(retain.status, 204, "{}", retain.text());
+    let again = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(again.status, 410, "new reads before the retained offset");
+
+    reader
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .unwrap();
+    let head_end = got.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut body = got.split_off(head_end);
+    while body.len() < all.len() {
+        let mut buf = vec![0u8; 1 << 20];
+        match reader.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => body.extend_from_slice(&buf[..n]),
+        }
+    }
+    assert_eq!(body.len(), all.len(), "the announced length, whole");
+    assert!(body == all, "the bytes in order");
+}

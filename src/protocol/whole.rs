@@ -82,6 +82,23 @@ impl Body {
         }
     }
 
+    /// Where each window of `[start, end)` ends, decided before the body
+    /// goes out: retention meanwhile drops the message ends a window cut
+    /// needs, but not the bytes a pinned response reads (`stream::pins`).
+    pub fn window_ends(&self, stream: &Stream, start: u64, end: u64) -> Vec<u64> {
+        let mut ends = Vec::new();
+        let mut pos = start;
+        while pos < end {
+            let Some(to) = self.window_end(stream, pos, end) else {
+                break;
+            };
+            assert!(to > pos, "a window makes progress");
+            ends.push(to);
+            pos = to;
+        }
+        ends
+    }
+
     /// The body's length, known before it is written: the stored bytes,
     /// or (v1 JSON) the array they render as. Stored JSON is minified
     /// messages each ending in one `\n` (`json::normalize_into`), so the

@@ -118,6 +118,8 @@ pub async fn serve(
     let Some(_lease) = shard.lease_reply(held) else {
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
+    // The messages planned are served whole, whatever retention does.
+    let _pin = store::ReadPin::new(shard, key, plan.id);
     let head_only = head.method == Method::Head;
     let first = match head_only {
         true => Default::default(),
@@ -164,7 +166,7 @@ async fn parts(
             to_index += 1;
         }
         let to = plan.ends[to_index];
-        let Ok(bytes) = store::fetch(shard, key, plan.id, from, to).await else {
+        let Ok(bytes) = store::fetch_pinned(shard, key, plan.id, from, to).await else {
             return false;
         };
         let mut out = Vec::with_capacity(bytes.len() + 128 * (to_index - next + 1));

@@ -110,10 +110,12 @@ async fn catch_up_whole(
             .map(|stream| {
                 let now_ms = clock::now_ms();
                 let head = whole::head(if_none_match.as_deref(), stream, plan, end, now_ms);
-                (head, whole::Body::new(stream, plan))
+                let body = whole::Body::new(stream, plan);
+                let windows = body.window_ends(stream, plan.start, end);
+                (head, body, windows)
             })
     };
-    let Some((head, body)) = started else {
+    let Some((head, body, windows)) = started else {
         return respond(shard, socket, vanished(shard, &plan.key), keep, false).await;
     };
     if head.status != 200 {
@@ -122,6 +124,8 @@ async fn catch_up_whole(
     let Some(_lease) = shard.lease_reply(MAX_READ_BYTES) else {
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
+    // The announced length is served whole, whatever retention does.
+    let _pin = store::ReadPin::new(shard, &plan.key, id);
     responding(shard, socket, head.status);
     let length = body.len(plan.start, end);
     let mut out = Vec::new();
@@ -129,7 +133,7 @@ async fn catch_up_whole(
     if !write_bytes(socket, out).await {
         return false;
     }
-    let written = write_whole_body(shard, socket, plan, (id, end), body).await;
+    let written = write_whole_body(shard, socket, plan, (id, &windows), body).await;
     debug_assert!(written.is_none_or(|n| n == length), "the announced length");
     written == Some(length) && keep
 }
@@ -141,20 +145,24 @@ async fn write_whole_body(
     shard: &Shard,
     socket: &mut TcpStream,
     plan: &ReadPlan,
-    (id, end): (u64, u64),
+    (id, windows): (u64, &[u64]),
     mut body: whole::Body,
 ) -> Option<u64> {
     let (mut pos, mut written) = (plan.start, 0);
-    while pos < end {
-        let to = {
-            let table = shard.table.borrow();
-            let stream = table.get_visible(&plan.key).filter(|s| s.id == id);
-            stream.and_then(|stream| body.window_end(stream, pos, end))
-        };
+    for &to in windows {
+        let there = shard
+            .table
+            .borrow()
+            .get_visible(&plan.key)
+            .is_some_and(|s| s.id == id);
         // A stopping shard ends the body unfinished too: the client resumes
         // from what it got instead of holding up the shutdown.
-        let to = to.filter(|_| !shard.stopping.get())?;
-        let fetched = store::fetch(shard, &plan.key, id, pos, to).await.ok()?;
+        if !there || shard.stopping.get() {
+            return None;
+        }
+        let fetched = store::fetch_pinned(shard, &plan.key, id, pos, to)
+            .await
+            .ok()?;
         debug_assert_eq!(fetched.len() as u64, to - pos, "fetch returns the window");
         let piece = body.piece(fetched);
         // A window past the reader's lease (one JSON message longer than a

@@ -114,6 +114,57 @@ pub async fn fetch(
     start: u64,
     end: u64,
 ) -> Result<Vec<u8>, FetchError> {
+    fetch_above(shard, key, id, (start, end), |s| s.retained).await
+}
+
+/// `fetch` for a response that pins the stream (`ReadPin`): bytes that
+/// retention passed after it began are still served.
+pub async fn fetch_pinned(
+    shard: &Shard,
+    key: &str,
+    id: u64,
+    start: u64,
+    end: u64,
+) -> Result<Vec<u8>, FetchError> {
+    fetch_above(shard, key, id, (start, end), |s| s.data.readable_from()).await
+}
+
+/// Pins a stream incarnation's log locations for one response that
+/// announced a whole body (`stream::pins`); the pin ends when this drops.
+pub struct ReadPin<'a> {
+    shard: &'a Shard,
+    key: String,
+    id: u64,
+}
+
+impl<'a> ReadPin<'a> {
+    pub fn new(shard: &'a Shard, key: &str, id: u64) -> ReadPin<'a> {
+        shard.table.borrow_mut().pin_reads(id);
+        ReadPin {
+            shard,
+            key: key.to_string(),
+            id,
+        }
+    }
+}
+
+impl Drop for ReadPin<'_> {
+    fn drop(&mut self) {
+        self.shard
+            .table
+            .borrow_mut()
+            .unpin_reads(&self.key, self.id);
+    }
+}
+
+/// `fetch`, refusing positions below `floor` of the stream.
+async fn fetch_above(
+    shard: &Shard,
+    key: &str,
+    id: u64,
+    (start, end): (u64, u64),
+    floor: impl Fn(&crate::stream::state::Stream) -> u64,
+) -> Result<Vec<u8>, FetchError> {
     let mut out = Vec::with_capacity((end - start) as usize);
     let mut pos = start;
     // A segment found missing, and how often data moved under this read.
@@ -129,7 +180,7 @@ pub async fn fetch(
                 .ok_or(FetchError::Gone)?;
             // Extents before `retained` are dropped: reading on would
             // return the bytes after them short and shifted.
-            if pos < stream.retained {
+            if pos < floor(stream) {
                 let retained = stream.retained;
                 return Err(FetchError::Trimmed { retained });
             }

@@ -196,6 +196,14 @@ impl StreamData {
         self.extents.drop_front(dead);
     }
 
+    /// Where the bytes still readable begin: the first located extent, or
+    /// the cache where nothing before it is located. Below `retained` only
+    /// while a read pins the stream (`pins.rs`).
+    pub fn readable_from(&self) -> u64 {
+        let located = self.extents_at(0..1).next().map(|e| e.start);
+        located.map_or(self.cache_start(), |start| start.min(self.cache_start()))
+    }
+
     /// The number of leading extents that end at or before `offset`.
     fn ending_by(&self, offset: u64) -> usize {
         // Extent i ends where extent i + 1 starts; the last at located_to.

@@ -11,6 +11,7 @@ pub mod command;
 pub mod data;
 pub mod fork;
 pub mod newlines;
+pub mod pins;
 mod placed;
 pub mod rebuild;
 pub mod records;

@@ -37,6 +37,9 @@ pub struct Table {
     retired: HashMap<String, u64>,
     /// The size at which `retired` is pruned next.
     retired_prune_at: usize,
+    /// Responses in flight that pin an incarnation's log locations
+    /// (`pins.rs`), by incarnation.
+    pub(super) read_pins: HashMap<u64, u32>,
 }
 
 /// Retired keys kept before the oldest are pruned (a re-create can only
@@ -95,6 +98,7 @@ impl Table {
             producer_limits: Default::default(),
             retired: HashMap::new(),
             retired_prune_at: RETIRED_KEEP,
+            read_pins: HashMap::new(),
         }
     }
 
@@ -530,7 +534,10 @@ impl Table {
         }
         stream.visible = true;
         if let Some(offset) = applied.retain {
-            stream.data.drop_before(offset);
+            // A pinned incarnation's locations go with its last pin.
+            if !self.read_pins.contains_key(&stream.id) {
+                stream.data.drop_before(offset);
+            }
             stream.messages.drop_before(offset);
         }
         stream.visible_tail = stream.visible_tail.max(applied.tail);
