@@ -245,3 +245,48 @@ fn expired_streams_have_no_bootstrap_or_retention() {
         assert_eq!(req(s.addr, "HEAD", &path, &[], b"").status, 404);
     }
 }
+
+#[test]
+fn retention_during_a_bootstrap_leaves_it_whole() {
+    // Retention passing messages a bootstrap has not sent yet (extensions
+    // §3.4 "MUST ensure /bootstrap is available") cut it short before its
+    // closing delimiter; the response now ends as it began.
+    let s = Server::start(&["--cores", "1", "--cache-bytes", "1048576"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/retained");
+    let octet = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", &path, &octet, b"").status, 201);
+    let pieces: Vec<Vec<u8>> = (0..12u8).map(|i| vec![b'a' + i; 2 << 20]).collect();
+    let mut tail = String::new();
+    for piece in &pieces {
+        let r = req(s.addr, "POST", &path, &octet, piece);
+        assert_eq!(r.status, 204);
+        tail = r.header("stream-next-offset").unwrap().to_string();
+    }
+    let mut conn = Conn::open(s.addr);
+    let get = common::build_request(&s.addr, "GET", &format!("{path}/bootstrap"), &[], b"");
+    conn.send_raw(&get);
+    let head = conn.read_head();
+    assert_eq!(head.status, 200);
+    let snap = [("Content-Type", "application/x-state")];
+    let published = req(
+        s.addr,
+        "PUT",
+        &format!("{path}/snapshot/{tail}"),
+        &snap,
+        b"S",
+    );
+    assert_eq!(published.status, 204);
+    let retained = req(s.addr, "PUT", &format!("{path}/retention/{tail}"), &[], b"");
+    assert_eq!(retained.status, 204, "{}", retained.text());
+
+    let body = conn.read_chunked_until(b"--\r\n", Duration::from_secs(30));
+    let parts = parse(&body, &boundary_of(&head));
+    assert_eq!(parts.len(), 1 + pieces.len(), "every planned message");
+    for (part, piece) in parts[1..].iter().zip(&pieces) {
+        assert!(part.1 == *piece, "byte-exact part");
+    }
+}

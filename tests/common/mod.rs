@@ -298,15 +298,20 @@ impl Conn {
     /// for the next call). Panics on timeout, EOF or end of the body.
     pub fn read_chunked_until(&mut self, needle: &[u8], timeout: Duration) -> Vec<u8> {
         let deadline = Instant::now() + timeout;
+        // Bytes before `searched` hold no needle: each search covers what
+        // arrived since (a long body is not searched again per read).
+        let mut searched = 0;
         loop {
-            if let Some(i) = find(&self.decoded, needle) {
-                return self.decoded.drain(..i + needle.len()).collect();
+            if let Some(i) = find(&self.decoded[searched..], needle) {
+                return self.decoded.drain(..searched + i + needle.len()).collect();
             }
+            searched = self.decoded.len().saturating_sub(needle.len() - 1);
             self.decode_available()
                 .unwrap_or_else(|e| panic!("bad chunked body: {e}"));
-            if let Some(i) = find(&self.decoded, needle) {
-                return self.decoded.drain(..i + needle.len()).collect();
+            if let Some(i) = find(&self.decoded[searched..], needle) {
+                return self.decoded.drain(..searched + i + needle.len()).collect();
             }
+            searched = self.decoded.len().saturating_sub(needle.len() - 1);
             if self.chunk == Chunk::Done {
                 panic!(
                     "chunked body ended without {:?}; got {:?}",
