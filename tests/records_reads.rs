@@ -612,6 +612,11 @@ fn retention_by_record_advances_first_and_keeps_ordinals() {
         .header("etag")
         .expect("a record read's ETag")
         .to_string();
+    let head_tag = |s: &Server| {
+        let head = req(s.addr, "HEAD", &path, &[], b"");
+        head.header("etag").map(str::to_string)
+    };
+    let head_before = head_tag(&s);
     assert_eq!(put(&s, &path, "snapshot?record=4", b"upto-4").status, 204);
     let r = put(&s, &path, "retention?record=2", b"");
     assert_eq!(r.status, 204, "{}", r.text());
@@ -627,6 +632,11 @@ fn retention_by_record_advances_first_and_keeps_ordinals() {
     );
     assert_eq!(revalidated.status, 200, "{}", revalidated.text());
     assert_eq!(num(&revalidated, "stream-record-first"), 2);
+    assert_ne!(
+        head_tag(&s),
+        head_before,
+        "HEAD's ETag names what is retained"
+    );
     let r = assert_read(&s, &path, "record=2", (2, 2, 5), &values(2..5));
     assert_eq!(lines(&r.body).len(), 3, "N - F retained records");
     for gone in ["record=1", "record=0"] {

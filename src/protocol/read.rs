@@ -506,7 +506,10 @@ pub fn head(req: &Request, table: &Table) -> Response {
         .header("content-type", stream.content_type.clone())
         .header("stream-next-offset", offset::format(tail))
         .header("cache-control", "no-store")
-        .header("etag", etag(stream, 0, tail, stream.is_closed()))
+        .header(
+            "etag",
+            etag(stream, stream.retained, tail, stream.is_closed()),
+        )
         .header_if(stream.is_closed(), "stream-closed", "true");
     let ttl = match req.surface {
         Surface::V1 => stream.ttl_secs,

@@ -119,8 +119,13 @@ fn route_v1_stream(rest: &str) -> Target {
     if path.is_empty() {
         return Target::NotFound;
     }
-    if path.len() > MAX_V1_PATH_BYTES || path.contains('\0') {
-        return Target::Invalid("stream path is too long or contains NUL");
+    if path.len() > MAX_V1_PATH_BYTES {
+        return Target::Invalid("stream path is too long");
+    }
+    // PROTOCOL.md §10.2 (validate stream URLs): no control characters,
+    // which a name could carry into headers, logs and listings.
+    if path.chars().any(char::is_control) {
+        return Target::Invalid("stream path must not contain control characters");
     }
     // PROTOCOL.md §10.2 (sanitize stream URLs against path traversal): a
     // `.` or `..` segment names a stream no client can reach, since URL
@@ -205,6 +210,10 @@ mod tests {
             assert!(matches!(target, Target::Invalid(_)), "{dots}");
         }
         assert!(matches!(route("/v1/stream/a..b/.c"), Target::Stream { .. }));
+        for control in ["a%00b", "a%0D%0Ab", "%09", "x%7F", "%C2%85"] {
+            let target = route(&format!("/v1/stream/{control}"));
+            assert!(matches!(target, Target::Invalid(_)), "{control}");
+        }
     }
 
     #[test]
