@@ -427,6 +427,7 @@ const ACCEPT_ERROR_LOG_EVERY: std::time::Duration = std::time::Duration::from_se
 async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns: &Rc<Conns>) {
     let mut last_logged: Option<std::time::Instant> = None;
     let mut unlogged = 0u64;
+    let mut spare = super::fd_spare::Spare::default();
     while !shard.stopping.get() {
         let seen = shard.stop.generation();
         monoio::select! {
@@ -441,6 +442,13 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                     conns.spawn(&shard, socket, Vec::new());
                 }
                 Err(e) => {
+                    // Out of descriptors: the waiting clients get the 503
+                    // of a full server through the spare descriptor.
+                    if super::fd_spare::out_of_descriptors(&e) {
+                        use std::os::fd::AsRawFd;
+                        let refuse = |socket| refuse_at_once(socket, &at_limit());
+                        spare.refuse_waiting(listener.as_raw_fd(), refuse);
+                    }
                     // EMFILE and friends: back off instead of spinning.
                     if last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_ERROR_LOG_EVERY) {
                         crate::warn!(

@@ -12,6 +12,7 @@ pub mod cleaner;
 pub mod commit;
 pub mod conn;
 pub mod dispatch;
+pub mod fd_spare;
 pub mod fork;
 pub mod fork_lease;
 pub mod guard;
