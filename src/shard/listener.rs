@@ -106,6 +106,28 @@ fn pin_to_cpu(index: usize) {
     }
 }
 
+/// The shard's io_uring runtime. Only this thread submits to its ring and
+/// reaps it, so the kernel may skip the interrupt it otherwise sends to run
+/// each completion's task work at once (`COOP_TASKRUN`: the work runs at the
+/// thread's next system call, which the runtime makes every tick) and the
+/// locking a shared ring needs (`SINGLE_ISSUER`). A kernel older than 6.0
+/// refuses the flags: the ring is then built without them.
+fn build_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
+    let mut flags = io_uring::IoUring::builder();
+    flags.setup_coop_taskrun().setup_single_issuer();
+    let with_flags = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+        .uring_builder(flags)
+        .with_entries(1024)
+        .enable_timer()
+        .build();
+    with_flags.or_else(|_| {
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .with_entries(1024)
+            .enable_timer()
+            .build()
+    })
+}
+
 pub fn run_shard(
     index: usize,
     config: Arc<Config>,
@@ -116,11 +138,7 @@ pub fn run_shard(
     startup: startup::Startup,
 ) {
     pin_to_cpu(index);
-    let built = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-        .with_entries(1024)
-        .enable_timer()
-        .build();
-    let mut runtime = match built {
+    let mut runtime = match build_runtime() {
         Ok(runtime) => runtime,
         // io_uring denied (seccomp, `kernel.io_uring_disabled`, a locked
         // memory limit): a startup failure like a refused log, not a panic.
