@@ -228,3 +228,25 @@ fn retention_during_a_whole_catch_up_leaves_it_whole() {
     assert_eq!(body.len(), all.len(), "the announced length, whole");
     assert!(body == all, "the bytes in order");
 }
+
+#[test]
+fn a_whole_catch_up_from_the_cache_keeps_small_and_large_appends_in_order() {
+    // Cached chunks of 64 KiB or more go out as they are, shorter ones
+    // gathered into larger writes: both, interleaved, read back exactly.
+    let s = Server::start(&["--cores", "1"]);
+    let path = "/v1/stream/whole-mixed";
+    assert_eq!(req(s.addr, "PUT", path, &[OCTETS], b"").status, 201);
+    let mut all = Vec::new();
+    for i in 0..90u32 {
+        let len = [65_535, 100_000, 1, 70_000][i as usize % 4];
+        let piece: Vec<u8> = (0..len).map(|j| (i as usize * 7 + j) as u8).collect();
+        let r = req(s.addr, "POST", path, &[OCTETS], &piece);
+        assert_eq!(r.status, 204, "{}", r.text());
+        all.extend(piece);
+    }
+    assert!(all.len() > WINDOW, "answered whole");
+    let r = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), all.len());
+    assert!(r.body == all, "every byte in order");
+}

@@ -82,6 +82,11 @@ impl Body {
         }
     }
 
+    /// Whether the body is the stored bytes as they are (no JSON array).
+    pub fn sends_stored_bytes(&self) -> bool {
+        !self.array
+    }
+
     /// Where each window of `[start, end)` ends, decided before the body
     /// goes out: retention meanwhile drops the message ends a window cut
     /// needs, but not the bytes a pinned response reads (`stream::pins`).

@@ -160,6 +160,16 @@ async fn write_whole_body(
         if !there || shard.stopping.get() {
             return None;
         }
+        // Cached stored bytes go out as they are: shared, not copied (a
+        // fresh 4 MiB buffer per window cost ~15 ms of page faults).
+        if let Some(slices) = cached_as_is(shard, (&plan.key, id), &body, (pos, to)) {
+            written += to - pos;
+            if !write_slices(socket, slices).await {
+                return None;
+            }
+            pos = to;
+            continue;
+        }
         let fetched = store::fetch_pinned(shard, &plan.key, id, pos, to)
             .await
             .ok()?;
@@ -178,6 +188,47 @@ async fn write_whole_body(
     let finish = body.finish();
     written += finish.len() as u64;
     (finish.is_empty() || write_bytes(socket, finish.to_vec()).await).then_some(written)
+}
+
+/// The cached chunks of `[from, to)` of `key`'s incarnation `id`, when
+/// the body sends stored bytes as they are and all of them are cached.
+fn cached_as_is(
+    shard: &Shard,
+    (key, id): (&str, u64),
+    body: &whole::Body,
+    (from, to): (u64, u64),
+) -> Option<Vec<bytes::Bytes>> {
+    if !body.sends_stored_bytes() {
+        return None;
+    }
+    let table = shard.table.borrow();
+    let data = &table.get(key).filter(|s| s.id == id)?.data;
+    (data.cache_start() <= from).then(|| data.cached_slices(from, to))
+}
+
+/// A cached chunk at least this long is sent as it is; shorter ones are
+/// gathered into writes of up to `GATHER_BYTES` (one write per small
+/// append would cost a system call each).
+const SHARED_SLICE_BYTES: usize = 64 << 10;
+const GATHER_BYTES: usize = 256 << 10;
+
+async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool {
+    let mut gathered: Vec<u8> = Vec::new();
+    for slice in slices {
+        let shared = slice.len() >= SHARED_SLICE_BYTES;
+        if shared || gathered.len() + slice.len() > GATHER_BYTES {
+            let full = std::mem::take(&mut gathered);
+            if !full.is_empty() && !write_bytes(socket, full).await {
+                return false;
+            }
+        }
+        if !shared {
+            gathered.extend_from_slice(&slice);
+        } else if !write_bytes(socket, slice).await {
+            return false;
+        }
+    }
+    gathered.is_empty() || write_bytes(socket, gathered).await
 }
 
 /// What a long-poll should do next.

@@ -7,6 +7,8 @@
 
 use std::collections::VecDeque;
 
+use bytes::Bytes;
+
 use super::bitpack::Column;
 use super::chunked::{Chunked, Pack};
 
@@ -135,8 +137,9 @@ impl Located {
 pub struct StreamData {
     /// End of the decided data (durable or not).
     tail: u64,
-    /// Cached suffix `[cache_start, tail)`, one chunk per append.
-    chunks: VecDeque<(u64, Vec<u8>)>,
+    /// Cached suffix `[cache_start, tail)`, one chunk per append, shared
+    /// (without a copy) with the responses that send it.
+    chunks: VecDeque<(u64, Bytes)>,
     /// Located appends, ascending and contiguous up to `located_to`
     /// (those wholly before the retention point may be dropped).
     extents: Chunked<Located>,
@@ -223,7 +226,7 @@ impl StreamData {
         }
         let start = self.tail;
         self.tail += data.len() as u64;
-        self.chunks.push_back((start, data));
+        self.chunks.push_back((start, Bytes::from(data)));
     }
 
     /// Takes back decided bytes down to `len` (an append boundary that is
@@ -273,6 +276,25 @@ impl StreamData {
             let to = (end - chunk_start).min(bytes.len() as u64) as usize;
             out.extend_from_slice(&bytes[from..to]);
         }
+    }
+
+    /// The cached part of `[start, end)` as shared slices of the cache's
+    /// chunks (no copy); `start` must be at or after `cache_start()`.
+    pub fn cached_slices(&self, start: u64, end: u64) -> Vec<Bytes> {
+        assert!(start >= self.cache_start() && end <= self.tail && start <= end);
+        let first = self
+            .chunks
+            .partition_point(|(s, b)| s + b.len() as u64 <= start);
+        let mut out = Vec::new();
+        for (chunk_start, bytes) in self.chunks.range(first..) {
+            if *chunk_start >= end {
+                break;
+            }
+            let from = start.saturating_sub(*chunk_start) as usize;
+            let to = (end - chunk_start).min(bytes.len() as u64) as usize;
+            out.push(bytes.slice(from..to));
+        }
+        out
     }
 
     /// The extents that hold bytes of `[start, end)`.
@@ -386,6 +408,13 @@ mod tests {
         d.copy_cached(3, 9, &mut out);
         assert_eq!(out, b"lo wor");
         assert_eq!((d.tail(), d.cache_start()), (11, 0));
+        let slices = d.cached_slices(3, 9);
+        assert_eq!(
+            slices,
+            vec![Bytes::from_static(b"lo"), Bytes::from_static(b" wor")]
+        );
+        assert!(d.cached_slices(5, 5).is_empty());
+        assert_eq!(d.cached_slices(5, 11), vec![Bytes::from_static(b" world")]);
     }
 
     #[test]
