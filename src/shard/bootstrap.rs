@@ -119,7 +119,7 @@ pub async fn serve(
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
     // The messages planned are served whole, whatever retention does.
-    let _pin = store::ReadPin::new(shard, key, plan.id);
+    let pin = store::ReadPin::new(shard, key, plan.id);
     let head_only = head.method == Method::Head;
     let first = match head_only {
         true => Default::default(),
@@ -139,7 +139,7 @@ pub async fn serve(
     if head_only {
         return keep;
     }
-    let ok = parts(shard, (socket, streamed), key, &plan, (&boundary, first)).await;
+    let ok = parts(&pin, (socket, streamed), &plan, (&boundary, first)).await;
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep
 }
 
@@ -147,9 +147,8 @@ pub async fn serve(
 /// that contains the boundary (or a failed read) ends the response early,
 /// so the client sees an incomplete entity rather than a forged one.
 async fn parts(
-    shard: &Shard,
+    pin: &store::ReadPin<'_>,
     (socket, streamed): (&mut TcpStream, Streamed),
-    key: &str,
     plan: &Plan,
     (boundary, (first_type, first)): (&str, (String, Vec<u8>)),
 ) -> bool {
@@ -166,7 +165,7 @@ async fn parts(
             to_index += 1;
         }
         let to = plan.ends[to_index];
-        let Ok(bytes) = store::fetch_pinned(shard, key, plan.id, from, to).await else {
+        let Ok(bytes) = pin.fetch(from, to).await else {
             return false;
         };
         let mut out = Vec::with_capacity(bytes.len() + 128 * (to_index - next + 1));

@@ -125,7 +125,7 @@ async fn catch_up_whole(
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
     // The announced length is served whole, whatever retention does.
-    let _pin = store::ReadPin::new(shard, &plan.key, id);
+    let pin = store::ReadPin::new(shard, &plan.key, id);
     responding(shard, socket, head.status);
     let length = body.len(plan.start, end);
     let mut out = Vec::new();
@@ -133,7 +133,7 @@ async fn catch_up_whole(
     if !write_bytes(socket, out).await {
         return false;
     }
-    let written = write_whole_body(shard, socket, plan, (id, &windows), body).await;
+    let written = write_whole_body(&pin, socket, plan, &windows, body).await;
     debug_assert!(written.is_none_or(|n| n == length), "the announced length");
     written == Some(length) && keep
 }
@@ -142,12 +142,13 @@ async fn catch_up_whole(
 /// written, or `None` when it could not be finished (the stream went away
 /// or was trimmed, the log failed, the client left, the shard is stopping).
 async fn write_whole_body(
-    shard: &Shard,
+    pin: &store::ReadPin<'_>,
     socket: &mut TcpStream,
     plan: &ReadPlan,
-    (id, windows): (u64, &[u64]),
+    windows: &[u64],
     mut body: whole::Body,
 ) -> Option<u64> {
+    let (shard, id) = (pin.shard(), pin.id());
     let (mut pos, mut written) = (plan.start, 0);
     for &to in windows {
         let there = shard
@@ -170,9 +171,7 @@ async fn write_whole_body(
             pos = to;
             continue;
         }
-        let fetched = store::fetch_pinned(shard, &plan.key, id, pos, to)
-            .await
-            .ok()?;
+        let fetched = pin.fetch(pos, to).await.ok()?;
         debug_assert_eq!(fetched.len() as u64, to - pos, "fetch returns the window");
         let piece = body.piece(fetched);
         // A window past the reader's lease (one JSON message longer than a

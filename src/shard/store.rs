@@ -117,18 +117,6 @@ pub async fn fetch(
     fetch_above(shard, key, id, (start, end), |s| s.retained).await
 }
 
-/// `fetch` for a response that pins the stream (`ReadPin`): bytes that
-/// retention passed after it began are still served.
-pub async fn fetch_pinned(
-    shard: &Shard,
-    key: &str,
-    id: u64,
-    start: u64,
-    end: u64,
-) -> Result<Vec<u8>, FetchError> {
-    fetch_above(shard, key, id, (start, end), |s| s.data.readable_from()).await
-}
-
 /// Pins a stream incarnation's log locations for one response that
 /// announced a whole body (`stream::pins`); the pin ends when this drops.
 pub struct ReadPin<'a> {
@@ -145,6 +133,24 @@ impl<'a> ReadPin<'a> {
             key: key.to_string(),
             id,
         }
+    }
+}
+
+impl<'a> ReadPin<'a> {
+    pub fn shard(&self) -> &'a Shard {
+        self.shard
+    }
+
+    /// The pinned incarnation.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// `fetch` for the pinned response: bytes that retention passed after
+    /// it began are still served.
+    pub async fn fetch(&self, start: u64, end: u64) -> Result<Vec<u8>, FetchError> {
+        let readable = |s: &crate::stream::state::Stream| s.data.readable_from();
+        fetch_above(self.shard, &self.key, self.id, (start, end), readable).await
     }
 }
 
