@@ -119,7 +119,7 @@ pub async fn serve(
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
     // The messages planned are served whole, whatever retention does.
-    let pin = store::ReadPin::new(shard, key, plan.id);
+    let pin = store::ReadPin::new(shard, key, plan.id, plan.start);
     let head_only = head.method == Method::Head;
     let first = match head_only {
         true => Default::default(),

@@ -125,7 +125,7 @@ async fn catch_up_whole(
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
     // The announced length is served whole, whatever retention does.
-    let pin = store::ReadPin::new(shard, &plan.key, id);
+    let pin = store::ReadPin::new(shard, &plan.key, id, plan.start);
     responding(shard, socket, head.status);
     let length = body.len(plan.start, end);
     let mut out = Vec::new();
@@ -164,6 +164,7 @@ async fn write_whole_body(
         // Cached stored bytes go out as they are: shared, not copied (a
         // fresh 4 MiB buffer per window cost ~15 ms of page faults).
         if let Some(slices) = cached_as_is(shard, (&plan.key, id), &body, (pos, to)) {
+            pin.advance(pos);
             written += to - pos;
             if !write_slices(socket, slices).await {
                 return None;

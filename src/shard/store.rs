@@ -117,26 +117,27 @@ pub async fn fetch(
     fetch_above(shard, key, id, (start, end), |s| s.retained).await
 }
 
-/// Pins a stream incarnation's log locations for one response that
-/// announced a whole body (`stream::pins`); the pin ends when this drops.
+/// Pins a stream incarnation's log locations from an offset on, for one
+/// response that announced a whole body (`stream::pins`); the floor moves
+/// up as the response fetches, and the pin ends when this drops.
 pub struct ReadPin<'a> {
     shard: &'a Shard,
     key: String,
     id: u64,
+    token: u64,
 }
 
 impl<'a> ReadPin<'a> {
-    pub fn new(shard: &'a Shard, key: &str, id: u64) -> ReadPin<'a> {
-        shard.table.borrow_mut().pin_reads(id);
+    pub fn new(shard: &'a Shard, key: &str, id: u64, from: u64) -> ReadPin<'a> {
+        let token = shard.table.borrow_mut().pin_reads(id, from);
         ReadPin {
             shard,
             key: key.to_string(),
             id,
+            token,
         }
     }
-}
 
-impl<'a> ReadPin<'a> {
     pub fn shard(&self) -> &'a Shard {
         self.shard
     }
@@ -146,9 +147,16 @@ impl<'a> ReadPin<'a> {
         self.id
     }
 
+    /// The response no longer reads bytes before `floor`.
+    pub fn advance(&self, floor: u64) {
+        let mut table = self.shard.table.borrow_mut();
+        table.advance_pin(&self.key, self.id, self.token, floor);
+    }
+
     /// `fetch` for the pinned response: bytes that retention passed after
-    /// it began are still served.
+    /// it began are still served. Nothing before `start` is read again.
     pub async fn fetch(&self, start: u64, end: u64) -> Result<Vec<u8>, FetchError> {
+        self.advance(start);
         let readable = |s: &crate::stream::state::Stream| s.data.readable_from();
         fetch_above(self.shard, &self.key, self.id, (start, end), readable).await
     }
@@ -156,10 +164,8 @@ impl<'a> ReadPin<'a> {
 
 impl Drop for ReadPin<'_> {
     fn drop(&mut self) {
-        self.shard
-            .table
-            .borrow_mut()
-            .unpin_reads(&self.key, self.id);
+        let mut table = self.shard.table.borrow_mut();
+        table.unpin_reads(&self.key, self.id, self.token);
     }
 }
 

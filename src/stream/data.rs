@@ -199,9 +199,9 @@ impl StreamData {
         self.extents.drop_front(dead);
     }
 
-    /// Where the bytes still readable begin: the first located extent, or
-    /// the cache where nothing before it is located. Below `retained` only
-    /// while a read pins the stream (`pins.rs`).
+    /// Where the bytes still readable begin: the start of the first kept
+    /// extent or of the cache, whichever is lower. It lies below
+    /// `retained` only while a response pins those bytes (`pins.rs`).
     pub fn readable_from(&self) -> u64 {
         let located = self.extents_at(0..1).next().map(|e| e.start);
         located.map_or(self.cache_start(), |start| start.min(self.cache_start()))

@@ -39,7 +39,9 @@ pub struct Table {
     retired_prune_at: usize,
     /// Responses in flight that pin an incarnation's log locations
     /// (`pins.rs`), by incarnation.
-    pub(super) read_pins: HashMap<u64, u32>,
+    pub(super) read_pins: HashMap<u64, super::pins::Pins>,
+    /// The last pin token handed out.
+    pub(super) pin_tokens: u64,
 }
 
 /// Retired keys kept before the oldest are pruned (a re-create can only
@@ -99,6 +101,7 @@ impl Table {
             retired: HashMap::new(),
             retired_prune_at: RETIRED_KEEP,
             read_pins: HashMap::new(),
+            pin_tokens: 0,
         }
     }
 
@@ -534,10 +537,12 @@ impl Table {
         }
         stream.visible = true;
         if let Some(offset) = applied.retain {
-            // A pinned incarnation's locations go with its last pin.
-            if !self.read_pins.contains_key(&stream.id) {
-                stream.data.drop_before(offset);
-            }
+            // Locations a pinned response still reads stay (`pins.rs`).
+            let drop_to = match self.read_pins.get_mut(&stream.id) {
+                Some(pins) => pins.commit_retention(offset),
+                None => offset,
+            };
+            stream.data.drop_before(drop_to);
             stream.messages.drop_before(offset);
         }
         stream.visible_tail = stream.visible_tail.max(applied.tail);
