@@ -6,35 +6,51 @@ pub const EPOCH_MS: u64 = 1_728_432_000_000;
 pub const INTERVAL_MS: u64 = 20_000;
 const MAX_JITTER_SECS: u64 = 3600;
 
-/// `jitter_seed` is any random number; the caller supplies it so this stays pure.
-/// Cursors are decimal numbers of any length: a client's cursor past
-/// `u64::MAX` must still be passed, not replaced by a smaller one.
-pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64, jitter_seed: u64) -> String {
-    let current = (now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS).to_string();
-    let client = client_cursor
-        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
-        .map(|c| match c.trim_start_matches('0') {
-            "" => "0",
-            digits => digits,
-        });
-    match client {
-        Some(client) if decimal_cmp(client, &current).is_ge() => {
-            let jitter_secs = 1 + jitter_seed % MAX_JITTER_SECS;
-            let intervals = jitter_secs.div_ceil(INTERVAL_MS / 1000).max(1);
-            decimal_add(client, intervals)
-        }
+/// The cursor a response sends: the current interval, or, when the
+/// client's cursor is at or after it, the client's cursor plus a jitter of
+/// 1 to 180 intervals (up to an hour) drawn from a hash of that cursor, so
+/// every response to the same cursor names the same next one. Cursors are
+/// decimal numbers of any length: a client's cursor past `u64::MAX` must
+/// still be passed, not replaced by a smaller one.
+pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64) -> String {
+    let current = current_interval(now_ms);
+    match normalized(client_cursor) {
+        Some(client) if decimal_cmp(client, &current).is_ge() => jittered(client),
         _ => current,
     }
 }
 
-/// `cursor`, or `floor` (a cursor sent earlier on the same response) when
-/// that is later: an SSE response's cursors never go back (§8.1), though
-/// each control event may draw new jitter.
-pub fn at_least(cursor: String, floor: Option<&str>) -> String {
-    match floor {
-        Some(floor) if decimal_cmp(floor, &cursor).is_gt() => floor.to_string(),
-        _ => cursor,
+/// The cursor of an SSE control event: as `next_cursor`, but never below
+/// the client's jittered cursor, so the cursors one response sends never go
+/// back as the current interval catches up with it (§8.1). A function of
+/// the client's cursor and the time alone: responses sharing a render share
+/// its cursor.
+pub fn sse_cursor(client_cursor: Option<&str>, now_ms: u64) -> String {
+    let current = current_interval(now_ms);
+    match normalized(client_cursor).map(jittered) {
+        Some(later) if decimal_cmp(&later, &current).is_gt() => later,
+        _ => current,
     }
+}
+
+fn current_interval(now_ms: u64) -> String {
+    (now_ms.saturating_sub(EPOCH_MS) / INTERVAL_MS).to_string()
+}
+
+/// The client's cursor without leading zeros, if it is a number.
+fn normalized(client_cursor: Option<&str>) -> Option<&str> {
+    client_cursor
+        .filter(|c| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()))
+        .map(|c| match c.trim_start_matches('0') {
+            "" => "0",
+            digits => digits,
+        })
+}
+
+/// `client` plus its jitter: 1 to 180 intervals from a hash of it.
+fn jittered(client: &str) -> String {
+    let jitter_secs = 1 + xxhash_rust::xxh3::xxh3_64(client.as_bytes()) % MAX_JITTER_SECS;
+    decimal_add(client, jitter_secs.div_ceil(INTERVAL_MS / 1000).max(1))
 }
 
 /// Compares two decimal numbers without leading zeros.
@@ -65,34 +81,56 @@ mod tests {
 
     #[test]
     fn interval_number_from_epoch() {
-        assert_eq!(next_cursor(None, EPOCH_MS + 45_000, 7), "2");
-        assert_eq!(next_cursor(Some("junk"), EPOCH_MS + 45_000, 7), "2");
-        assert_eq!(next_cursor(Some("1"), EPOCH_MS + 45_000, 7), "2");
+        assert_eq!(next_cursor(None, EPOCH_MS + 45_000), "2");
+        assert_eq!(next_cursor(Some("junk"), EPOCH_MS + 45_000), "2");
+        assert_eq!(next_cursor(Some("1"), EPOCH_MS + 45_000), "2");
     }
 
     #[test]
     fn never_goes_back_or_repeats_client_cursor() {
-        for seed in [0, 1, 19, 20, 3599, u64::MAX] {
-            let next: u64 = next_cursor(Some("1000"), EPOCH_MS, seed).parse().unwrap();
-            assert!(next > 1000 && next <= 1000 + 180, "{next}");
+        for client in ["1000", "1001", "77777", "0"] {
+            let c: u64 = client.parse().unwrap();
+            let now = EPOCH_MS + c * INTERVAL_MS;
+            let next: u64 = next_cursor(Some(client), now).parse().unwrap();
+            assert!(next > c && next <= c + 180, "{next}");
+            assert_eq!(
+                next_cursor(Some(client), now + 999),
+                next.to_string(),
+                "same cursor"
+            );
         }
     }
 
+    /// One SSE response's cursors, as time passes, never go back: the
+    /// jittered cursor holds until the current interval passes it.
     #[test]
-    fn a_later_floor_wins() {
-        assert_eq!(at_least("150".into(), Some("170")), "170");
-        assert_eq!(at_least("150".into(), Some("99")), "150");
-        assert_eq!(at_least("150".into(), None), "150");
-        assert_eq!(at_least("1000".into(), Some("999")), "1000");
+    fn sse_cursors_never_go_back_as_time_passes() {
+        let client = "1000";
+        let start = EPOCH_MS + 1000 * INTERVAL_MS;
+        let mut last = 1000;
+        for step in 0..400 {
+            let now = start + step * INTERVAL_MS;
+            let sent: u64 = sse_cursor(Some(client), now).parse().unwrap();
+            assert!(sent > 1000 && sent >= last, "{sent} after {last}");
+            last = sent;
+        }
+        assert_eq!(
+            last,
+            1000 + 399,
+            "the current interval once past the jitter"
+        );
+        assert_eq!(sse_cursor(None, start), "1000");
     }
 
     #[test]
     fn cursors_past_u64_are_passed_too() {
         let max = u64::MAX.to_string();
-        assert_eq!(next_cursor(Some(&max), EPOCH_MS, 0), "18446744073709551616");
-        let huge = next_cursor(Some("99999999999999999999"), EPOCH_MS, 0);
-        assert_eq!(huge, "100000000000000000000");
-        assert_eq!(next_cursor(Some("0009"), EPOCH_MS + 45_000, 0), "10");
-        assert_eq!(next_cursor(Some("000"), EPOCH_MS, 0), "1");
+        let past: u128 = next_cursor(Some(&max), EPOCH_MS).parse().unwrap();
+        assert!(past > u128::from(u64::MAX));
+        let huge = next_cursor(Some("99999999999999999999"), EPOCH_MS);
+        assert!(huge.len() == 21 && huge.starts_with("1000000000000000000"));
+        let nine: u64 = next_cursor(Some("0009"), EPOCH_MS).parse().unwrap();
+        assert!(nine > 9 && nine <= 9 + 180);
+        assert_ne!(next_cursor(Some("000"), EPOCH_MS), "0");
     }
 }

@@ -37,8 +37,6 @@ pub struct Request<'a> {
     pub surface: Surface,
     pub key: &'a str,
     pub now_ms: u64,
-    /// A random number for cursor jitter (PROTOCOL.md §8.1).
-    pub jitter_seed: u64,
     /// The body normalized as JSON ahead of the decision, when the shard
     /// did that in slices (a large body for a JSON stream); the decision
     /// takes it (no copy of up to a body's size) if the stream is still
@@ -61,7 +59,6 @@ impl<'a> Request<'a> {
             surface: Surface::Bucket,
             key,
             now_ms,
-            jitter_seed: 0,
             normalized: Default::default(),
         }
     }

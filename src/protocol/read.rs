@@ -437,14 +437,13 @@ pub fn poll_empty(
     plan: &ReadPlan,
     stream: &Stream,
     now_ms: u64,
-    seed: u64,
     timed_out: bool,
 ) -> Option<Response> {
     debug_assert!(plan.start >= stream.tail());
     if !stream.is_closed() && !timed_out {
         return None;
     }
-    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
+    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms);
     let reply = Response::new(204)
         .header("stream-next-offset", offset::format(stream.tail()))
         .header("stream-up-to-date", "true")
@@ -477,12 +476,11 @@ pub fn poll_head(
     stream: &Stream,
     end: u64,
     now_ms: u64,
-    seed: u64,
 ) -> Result<Response, Response> {
     if let Some(gone) = overtaken(stream, plan) {
         return Err(gone);
     }
-    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms, seed);
+    let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms);
     let reply = data_head(stream, plan, end);
     let cache = match plan.from_now {
         true => "no-store".to_string(),

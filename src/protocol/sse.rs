@@ -36,16 +36,13 @@ pub struct SseCursor {
     /// unfinished: nothing more is sent until the tail moves past it or the
     /// stream closes (§5.8: no invalid UTF-8 in text events).
     pub held_at: Option<u64>,
-    /// The last `streamCursor` sent: later ones are never lower (§8.1).
-    pub last_cursor: Option<String>,
 }
 
 /// Everything `SseCursor::emit` reads besides the fetched bytes (which the
-/// stream's incarnation and window fix) and the jitter seed: responses
-/// whose keys are equal get the same step, so the owning shard renders an
-/// event once for the whole audience at one position. The seed only
-/// jitters a cursor past the client's own (§8.1); responses sharing a key
-/// sent the same cursor, and share one random jitter.
+/// stream's incarnation and window fix): responses whose keys are equal get
+/// the same step, so the owning shard renders an event once for the whole
+/// audience at one position. The cursor a control carries is a function of
+/// the client's cursor and the interval (`cursor::sse_cursor`), both here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StepKey {
     id: u64,
@@ -59,7 +56,6 @@ pub struct StepKey {
     client_cursor: Option<String>,
     interval: u64,
     announced: bool,
-    last_cursor: Option<String>,
 }
 
 /// What to write next, and whether the response ends after it.
@@ -117,7 +113,6 @@ impl SseCursor {
             next,
             announced: false,
             held_at: None,
-            last_cursor: None,
         }
     }
 
@@ -163,7 +158,6 @@ impl SseCursor {
             client_cursor: self.plan.cursor.clone(),
             interval: now_ms / cursor::INTERVAL_MS,
             announced: self.announced,
-            last_cursor: self.last_cursor.clone(),
         }
     }
 
@@ -174,19 +168,11 @@ impl SseCursor {
         self.next = after.next;
         self.announced = after.announced;
         self.held_at = after.held_at;
-        self.last_cursor.clone_from(&after.last_cursor);
     }
 
     /// One data event for the fetched window (bytes from `self.next`), then
     /// its control event, or the final one when that reaches a closed tail.
-    pub fn emit(
-        &mut self,
-        stream: &Stream,
-        cut: Cut,
-        fetched: &[u8],
-        now_ms: u64,
-        seed: u64,
-    ) -> SseStep {
+    pub fn emit(&mut self, stream: &Stream, cut: Cut, fetched: &[u8], now_ms: u64) -> SseStep {
         let start = self.next;
         if self.plan.records.is_some() && !stream.messages.is_boundary(start) {
             // Retention passed the cursor: its ordinals are gone (§6.10).
@@ -229,7 +215,7 @@ impl SseCursor {
                 done: true,
             };
         }
-        self.write_control(&mut out, stream, end, at_tail, now_ms, seed);
+        self.write_control(&mut out, stream, end, at_tail, now_ms);
         SseStep {
             bytes: out,
             done: false,
@@ -259,13 +245,7 @@ impl SseCursor {
 
     /// With nothing to send: the final control of a closed (or deleted)
     /// stream, the first control of a response, or a keep-alive control.
-    pub fn idle(
-        &mut self,
-        stream: Option<&Stream>,
-        now_ms: u64,
-        seed: u64,
-        timed_out: bool,
-    ) -> SseStep {
+    pub fn idle(&mut self, stream: Option<&Stream>, now_ms: u64, timed_out: bool) -> SseStep {
         let Some(stream) = stream else {
             return SseStep {
                 bytes: Vec::new(),
@@ -281,7 +261,7 @@ impl SseCursor {
             };
         }
         if !self.announced || timed_out {
-            self.write_control(&mut out, stream, self.next, true, now_ms, seed);
+            self.write_control(&mut out, stream, self.next, true, now_ms);
         }
         SseStep {
             bytes: out,
@@ -296,12 +276,9 @@ impl SseCursor {
         at: u64,
         up_to_date: bool,
         now_ms: u64,
-        seed: u64,
     ) {
         self.announced = true;
-        let fresh = cursor::next_cursor(self.plan.cursor.as_deref(), now_ms, seed);
-        let cursor = cursor::at_least(fresh, self.last_cursor.as_deref());
-        self.last_cursor = Some(cursor.clone());
+        let cursor = cursor::sse_cursor(self.plan.cursor.as_deref(), now_ms);
         let up = if up_to_date { ",\"upToDate\":true" } else { "" };
         let json = format!(
             "{{\"streamNextOffset\":\"{}\"{},\"streamCursor\":\"{cursor}\"{up}}}",
@@ -429,7 +406,7 @@ mod tests {
         let mut cursor = SseCursor::new(plan);
         let (start, end, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();
         assert_eq!((start, end, cut), (0, 2, Cut::At(2)));
-        let step = cursor.emit(table.get("k").unwrap(), cut, b"a\xE2", 0, 1);
+        let step = cursor.emit(table.get("k").unwrap(), cut, b"a\xE2", 0);
         assert!(String::from_utf8(step.bytes).unwrap().contains("data:a\n"));
         assert_eq!((cursor.next, cursor.held_at), (1, Some(2)));
         assert_eq!(cursor.next_window(table.get("k").unwrap()), None, "waits");
@@ -438,20 +415,20 @@ mod tests {
         let (_, _, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();
         append(&mut table, b"\xACb");
         let stream = table.get("k").unwrap();
-        let step = cursor.emit(stream, cut, b"\xE2\x82", 0, 1);
+        let step = cursor.emit(stream, cut, b"\xE2\x82", 0);
         assert!(
             step.bytes.is_empty(),
             "still unfinished where it was planned"
         );
         let (start, end, cut) = cursor.next_window(stream).unwrap();
         assert_eq!((start, end), (1, 5), "the tail moved: on at once");
-        let step = cursor.emit(stream, cut, "€b".as_bytes(), 0, 1);
+        let step = cursor.emit(stream, cut, "€b".as_bytes(), 0);
         assert!(String::from_utf8(step.bytes).unwrap().contains("data:€b\n"));
     }
 
-    /// §8.1: with the client's cursor at the current interval, each
-    /// control draws new jitter past it, but one response's cursors never
-    /// go back, also once the interval itself moves on.
+    /// §8.1: with the client's cursor at the current interval, one
+    /// response's cursors stay past it and never go back, also once the
+    /// interval itself moves on.
     #[test]
     fn one_responses_cursors_never_go_back() {
         let mut table = text_table(b"abc");
@@ -474,13 +451,13 @@ mod tests {
             text[at..].split('"').next().unwrap().parse().unwrap()
         };
         let mut last = 1000;
-        for (i, seed) in [3599u64, 0, 1700, 20, 3000, 1].into_iter().enumerate() {
-            let later = now_ms + i as u64 * cursor::INTERVAL_MS;
+        for minutes in [0u64, 1, 7, 30, 59, 61, 90, 200] {
+            let later = now_ms + minutes * 60_000;
             append(&mut table, b"x");
             let (_, _, cut) = sse.next_window(table.get("k").unwrap()).unwrap();
             let stream = table.get("k").unwrap();
             let bytes = vec![b'x'; (stream.tail() - sse.next) as usize];
-            let cursor = sent(sse.emit(stream, cut, &bytes, later, seed));
+            let cursor = sent(sse.emit(stream, cut, &bytes, later));
             assert!(cursor > 1000 && cursor >= last, "{cursor} after {last}");
             last = cursor;
         }

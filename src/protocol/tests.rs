@@ -52,7 +52,6 @@ impl Harness {
             surface,
             key: &key,
             now_ms,
-            jitter_seed: 7,
             normalized: Default::default(),
         };
         let action = decide_stream(&req, &self.table);
@@ -500,8 +499,8 @@ fn long_poll_waits_only_at_the_tail() {
     };
     assert_eq!(from_past.start, 0);
     let stream = h.table.get(KEY).unwrap();
-    assert!(read::poll_empty(&plan, stream, NOW, 1, false).is_none());
-    let timeout = read::poll_empty(&plan, stream, NOW, 1, true).unwrap();
+    assert!(read::poll_empty(&plan, stream, NOW, false).is_none());
+    let timeout = read::poll_empty(&plan, stream, NOW, true).unwrap();
     assert_eq!(
         (timeout.status, timeout.get_header("stream-up-to-date")),
         (204, Some("true"))
@@ -511,7 +510,7 @@ fn long_poll_waits_only_at_the_tail() {
     let (start, end, cut) = read::fetch_span(stream, &plan);
     let fetched = cached(stream, start, end);
     let (end, body) = read::poll_body(&plan, stream, cut, &fetched).unwrap();
-    let data = read::poll_head(&plan, stream, end, NOW, 1).unwrap();
+    let data = read::poll_head(&plan, stream, end, NOW).unwrap();
     assert_eq!((data.status, body.as_slice()), (200, &b"new"[..]));
     let next = crate::protocol::offset::format(stream.tail());
     assert_eq!(data.get_header("stream-next-offset"), Some(next.as_str()));
@@ -553,7 +552,7 @@ fn long_poll_data_is_cached_no_longer_than_the_stream_lives() {
     };
     h.reply("POST", KEY, &[text], b"new");
     let stream = h.table.get(KEY).unwrap();
-    let data = read::poll_head(&plan, stream, stream.tail(), NOW, 1).unwrap();
+    let data = read::poll_head(&plan, stream, stream.tail(), NOW).unwrap();
     assert_eq!(data.get_header("cache-control"), Some("public, max-age=5"));
 }
 

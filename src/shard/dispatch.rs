@@ -293,7 +293,6 @@ async fn stream_request(
         surface: sr.surface,
         key: sr.key,
         now_ms,
-        jitter_seed: shard.next_random(),
         normalized: std::cell::Cell::new(normalized),
     };
     if let Some(reply) = lifecycle(shard, &sr, &req).await {

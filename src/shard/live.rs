@@ -247,7 +247,7 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
         return Poll::Fetch(stream.id, read::fetch_span(stream, plan));
     }
     let give_up = timed_out || shard.stopping.get() || plan.past_tail;
-    match read::poll_empty(plan, stream, clock::now_ms(), shard.next_random(), give_up) {
+    match read::poll_empty(plan, stream, clock::now_ms(), give_up) {
         Some(reply) => Poll::Answer(reply),
         None => Poll::Wait,
     }
@@ -385,7 +385,7 @@ async fn poll_data(
         return PollReply::Own(read::gone_before(stream.retained));
     }
     let now_ms = clock::now_ms();
-    match read::poll_head(plan, stream, body.end, now_ms, shard.next_random()) {
+    match read::poll_head(plan, stream, body.end, now_ms) {
         Ok(head) => PollReply::Shared(head, body),
         Err(reply) => PollReply::Own(reply),
     }
@@ -483,7 +483,7 @@ async fn next_step(
     let stream = table.get_visible(&cursor.plan.key).filter(|s| s.id == id)?;
     // The fetch may have waited for the log: the key must still hold.
     let key = cursor.step_key(stream, window, now_ms);
-    let step = cursor.emit(stream, cut, &fetched, now_ms, shard.next_random());
+    let step = cursor.emit(stream, cut, &fetched, now_ms);
     let mut chunk = Vec::new();
     render::chunk(&step.bytes, &mut chunk);
     Some(Ok(audience.share(SharedStep {
@@ -537,7 +537,6 @@ async fn stream_events(
         let step = cursor.idle(
             shard.table.borrow().get_visible(&cursor.plan.key),
             now_ms,
-            shard.next_random(),
             timed_out,
         );
         shard.touch(&cursor.plan.key, now_ms).await;
