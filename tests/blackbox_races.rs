@@ -266,3 +266,40 @@ fn a_delete_racing_forks_keeps_the_source_their_creates_acknowledged() {
     }
     assert!(raced > 0, "no fork was acknowledged in any round");
 }
+
+#[test]
+fn deleting_the_last_fork_lets_its_sources_go_before_it_answers() {
+    // PROTOCOL.md §4.2: a soft-deleted source goes once its last fork does.
+    // The fork's 204 came before that (the source's owner was nudged), so a
+    // re-create right after it was 409 for a few milliseconds.
+    let s = Server::start(&["--cores", "2"]);
+    for round in 0..6 {
+        let root = new_stream_path();
+        create(&s, &root, TEXT);
+        let mut c = Conn::open(s.addr);
+        append(&mut c, &root, TEXT, format!("<{round}>").as_bytes());
+        let (mid, leaf) = (format!("{root}-f"), format!("{root}-f-g"));
+        for (fork, from) in [(&mid, &root), (&leaf, &mid)] {
+            let r = c.request("PUT", fork, &[("Stream-Forked-From", from)], b"");
+            assert_eq!(r.status, 201, "{}", r.text());
+        }
+        for soft in [&root, &mid] {
+            assert_eq!(c.request("DELETE", soft, &[], b"").status, 204);
+            assert_eq!(
+                c.request("GET", soft, &[], b"").status,
+                410,
+                "{soft}: forks left"
+            );
+        }
+        assert_eq!(c.request("DELETE", &leaf, &[], b"").status, 204);
+        for gone in [&mid, &root] {
+            assert_eq!(
+                c.request("GET", gone, &[], b"").status,
+                404,
+                "round {round}: {gone}"
+            );
+        }
+        let again = c.request("PUT", &root, &[("Content-Type", TEXT)], b"");
+        assert_eq!(again.status, 201, "round {round}: {}", again.text());
+    }
+}

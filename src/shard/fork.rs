@@ -392,22 +392,39 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     let forks = count_forks(shard, id).await;
     let uncounted = watch.leased();
     drop(watch);
-    let command = match shard.table.borrow().get(key) {
+    let (command, origin) = match shard.table.borrow().get(key) {
         Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
-        Some(s) if s.id == id && (forks != Some(0) || uncounted) => Command::SoftDelete {
-            key: key.to_string(),
-            stream_id: id,
-        },
-        Some(s) if s.id == id => Command::Delete {
-            key: key.to_string(),
-            stream_id: id,
-        },
+        Some(s) if s.id == id && (forks != Some(0) || uncounted) => {
+            let command = Command::SoftDelete {
+                key: key.to_string(),
+                stream_id: id,
+            };
+            (command, None)
+        }
+        Some(s) if s.id == id => {
+            let command = Command::Delete {
+                key: key.to_string(),
+                stream_id: id,
+            };
+            (command, s.fork.clone())
+        }
         _ => return not_found("stream not found"),
     };
-    match shard.submit(vec![command]).await {
-        Ok(()) if records => Response::new(204).header("stream-extensions", records::TOKEN),
-        Ok(()) => Response::new(204),
-        Err(e) => e.response(),
+    let soft = matches!(command, Command::SoftDelete { .. });
+    if let Err(e) = shard.submit(vec![command]).await {
+        return e.response();
+    }
+    // The answer waits for what this delete lets go: a source it was the
+    // last fork of (and that one's source...), or, soft-deleted for a fork
+    // still being made, itself if that fork has failed meanwhile.
+    match origin {
+        Some(origin) => settle_source(shard, &origin).await,
+        None if soft && forks == Some(0) => collect_now(shard, key, id).await,
+        None => {}
+    }
+    match records {
+        true => Response::new(204).header("stream-extensions", records::TOKEN),
+        false => Response::new(204),
     }
 }
 
@@ -425,28 +442,56 @@ async fn count_forks(shard: &Shard, source_id: u64) -> Option<usize> {
 /// left; its own delete nudges its source in turn.
 pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
     let shard = shard.clone();
-    monoio::spawn(async move {
-        let soft = |shard: &Shard| {
-            let table = shard.table.borrow();
-            table
-                .get(&key)
-                .is_some_and(|s| s.id == id && s.soft_deleted)
-        };
-        if !soft(&shard) {
-            return;
-        }
-        let watch = shard.fork_leases.watch(id);
-        let forks = count_forks(&shard, id).await;
-        if forks != Some(0) || watch.leased() || !soft(&shard) {
-            return;
-        }
-        drop(watch);
-        let command = Command::Delete {
-            key: key.clone(),
-            stream_id: id,
-        };
-        let _ = shard.submit(vec![command]).await;
-    });
+    monoio::spawn(async move { collect_now(&shard, &key, id).await });
+}
+
+/// `collect`, awaited, and with it the collection of its source, and so on
+/// up the chain: a fork's DELETE answers once every source it held is gone.
+async fn collect_now(shard: &Shard, key: &str, id: u64) {
+    let soft = |shard: &Shard| {
+        let table = shard.table.borrow();
+        table
+            .get(key)
+            .filter(|s| s.id == id && s.soft_deleted)
+            .map(|s| s.fork.clone())
+    };
+    // Gone already (a delete decided by a nudge may still be committing:
+    // the caller is answered once it is), or kept for its forks.
+    if soft(shard).is_none() {
+        let _ = shard.barrier().await;
+        return;
+    }
+    let watch = shard.fork_leases.watch(id);
+    let forks = count_forks(shard, id).await;
+    let Some(origin) = soft(shard).filter(|_| forks == Some(0) && !watch.leased()) else {
+        let _ = shard.barrier().await;
+        return;
+    };
+    drop(watch);
+    let command = Command::Delete {
+        key: key.to_string(),
+        stream_id: id,
+    };
+    if shard.submit(vec![command]).await.is_ok()
+        && let Some(origin) = origin
+    {
+        settle_source(shard, &origin).await;
+    }
+}
+
+/// Asks the owner of `origin`'s source to collect it now, and waits until
+/// it has (or decided not to, or its shard is stopping).
+async fn settle_source(shard: &Shard, origin: &ForkOrigin) {
+    let owner = shard_of(&origin.source, shard.shards());
+    let (done, settled) = flume::bounded(1);
+    let msg = MeshMsg::ForkSettle {
+        source: origin.source.clone(),
+        source_id: origin.source_id,
+        done,
+    };
+    if shard.mesh.send(owner, msg) {
+        let _ = settled.recv_async().await;
+    }
 }
 
 /// After a fork is deleted: tell its source's owner to check on it.
@@ -482,6 +527,17 @@ pub fn handle_mesh(shard: &Rc<Shard>, msg: MeshMsg) {
             let _ = reply.send(shard.table.borrow().fork_count(source_id));
         }
         MeshMsg::ForkReleased { source, source_id } => collect(shard, source, source_id),
+        MeshMsg::ForkSettle {
+            source,
+            source_id,
+            done,
+        } => {
+            let shard = shard.clone();
+            monoio::spawn(async move {
+                collect_now(&shard, &source, source_id).await;
+                let _ = done.send(());
+            });
+        }
         MeshMsg::ForkLeaseEnded { source, source_id } => {
             shard.fork_leases.end(source_id);
             collect(shard, source, source_id);

@@ -513,7 +513,8 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
             msg @ (MeshMsg::ForkSource { .. }
             | MeshMsg::ForkRefs { .. }
             | MeshMsg::ForkReleased { .. }
-            | MeshMsg::ForkLeaseEnded { .. }) => fork::handle_mesh(&shard, msg),
+            | MeshMsg::ForkLeaseEnded { .. }
+            | MeshMsg::ForkSettle { .. }) => fork::handle_mesh(&shard, msg),
             other => buckets::handle_mesh(&shard, other),
         }
     }

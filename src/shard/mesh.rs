@@ -56,6 +56,14 @@ pub enum MeshMsg {
         source: String,
         source_id: u64,
     },
+    /// A fork of `source` was deleted by a client: collect the source now
+    /// if it is soft-deleted with no fork left (and its own source in
+    /// turn), then answer on `done`.
+    ForkSettle {
+        source: String,
+        source_id: u64,
+        done: flume::Sender<()>,
+    },
     /// A fork planned from `source` applied or failed: its lease ends
     /// (`fork_lease`), and a soft-deleted source may be collected.
     ForkLeaseEnded {
