@@ -5,7 +5,7 @@
 //! any byte boundary; every framing line ends in CRLF (RFC 9112 allows a bare
 //! LF only in the start line and header fields: accepting one here is the
 //! "funky chunks" request-smuggling class); chunk extensions are skipped but
-//! bounded per line and per body; trailer fields are skipped once they show
+//! bounded per line and per body (64 KiB beyond its data); trailer fields are skipped once they show
 //! a name and a colon, bounded; the decoded size is capped.
 
 use crate::http::parse::{HttpError, is_tchar};
@@ -14,7 +14,9 @@ use crate::http::parse::{HttpError, is_tchar};
 const MAX_SIZE_DIGITS: u8 = 16;
 /// Maximum bytes of chunk extensions on one chunk-size line.
 const MAX_EXT_BYTES: usize = 4096;
-/// Maximum bytes of chunk extensions over a whole body.
+/// Chunk extension bytes a body may carry beyond its data's size: a long
+/// upload may tag every chunk, a few bytes of data cannot come wrapped in
+/// megabytes of extensions.
 const MAX_BODY_EXT_BYTES: usize = 64 << 10;
 /// Maximum bytes of the whole trailer section (including line endings).
 const MAX_TRAILER_BYTES: usize = 8192;
@@ -177,7 +179,8 @@ impl ChunkedDecoder {
         if self.state == State::Ext {
             self.ext_bytes = self.ext_bytes.saturating_add(n);
             self.body_ext_bytes = self.body_ext_bytes.saturating_add(n);
-            if self.ext_bytes > MAX_EXT_BYTES || self.body_ext_bytes > MAX_BODY_EXT_BYTES {
+            let body_allows = (MAX_BODY_EXT_BYTES as u64).saturating_add(self.total);
+            if self.ext_bytes > MAX_EXT_BYTES || self.body_ext_bytes as u64 > body_allows {
                 return Err(HttpError::Malformed("chunk extensions too long"));
             }
             return Ok(());
@@ -576,7 +579,19 @@ mod tests {
         }
         ok.extend_from_slice(b"0\r\n\r\n");
         assert_eq!(whole(&ok).unwrap().1, b"xxx");
-        // and per body: many short lines add up.
+        // and per body: many short lines add up, beyond what data they carry
+        let mut long = Vec::new();
+        for _ in 0..5000 {
+            long.extend_from_slice(b"400;tag=0123456789\r\n");
+            long.extend_from_slice(&[b'd'; 0x400]);
+            long.extend_from_slice(b"\r\n");
+        }
+        long.extend_from_slice(b"0\r\n\r\n");
+        let mut d = ChunkedDecoder::new(u64::MAX);
+        assert!(
+            d.decode(&long, &mut Vec::new()).is_ok() && d.is_done(),
+            "tags on a long body"
+        );
         let mut many = Vec::new();
         for _ in 0..(MAX_BODY_EXT_BYTES / 1000 + 1) {
             many.extend_from_slice(b"1;");

@@ -415,11 +415,51 @@ pub fn check_host(head: &RequestHead) -> Result<(), HttpError> {
     }
 }
 
-/// `uri-host [ ":" port ]` (RFC 3986 §3.2.2): registered names, IPv4 and
-/// bracketed IPv6 literals use only these characters; empty is allowed.
+/// `uri-host [ ":" port ]` (RFC 3986 §3.2.2-3.2.3): a bracketed IP literal
+/// or a registered name (IPv4 included: unreserved, sub-delims and `%HH`),
+/// then an optional port of digits; empty is allowed.
 fn valid_host(host: &str) -> bool {
-    host.bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=%:[]".contains(&b))
+    let (name_ok, port) = match host.strip_prefix('[') {
+        Some(rest) => match rest.split_once(']') {
+            Some((literal, after)) => (valid_ip_literal(literal), after),
+            None => return false,
+        },
+        None => match host.rfind(':') {
+            Some(colon) => (valid_reg_name(&host[..colon]), &host[colon..]),
+            None => (valid_reg_name(host), ""),
+        },
+    };
+    let port_ok = port.is_empty()
+        || port
+            .strip_prefix(':')
+            .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_digit()));
+    name_ok && port_ok
+}
+
+/// An IPv6 address (with an embedded IPv4 tail) between the brackets.
+fn valid_ip_literal(literal: &str) -> bool {
+    literal.contains(':')
+        && literal
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+}
+
+fn valid_reg_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    let mut i = 0;
+    while let Some(&b) = bytes.get(i) {
+        let escaped = b == b'%'
+            && bytes.get(i + 1).is_some_and(u8::is_ascii_hexdigit)
+            && bytes.get(i + 2).is_some_and(u8::is_ascii_hexdigit);
+        if escaped {
+            i += 3;
+        } else if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b) {
+            i += 1;
+        } else {
+            return false;
+        }
+    }
+    true
 }
 
 /// Comma-separated list elements across all fields named `name`, trimmed, empties skipped.

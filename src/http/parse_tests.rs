@@ -76,6 +76,32 @@ fn host_rules_of_rfc_9112() {
     assert_eq!(two, Err(Malformed("more than one Host header")));
     let bad = check("GET / HTTP/1.1\r\nHost: a b/c\r\n\r\n");
     assert_eq!(bad, Err(Malformed("invalid Host header")));
+    // RFC 3986 §3.2.2-3.2.3: the host's and the port's syntax, not only
+    // their characters.
+    let fine = [
+        "a",
+        "a.b:",
+        "10.0.0.1:1",
+        "[::1]",
+        "[fe80::1:2]:9",
+        "[::ffff:1.2.3.4]",
+        "%41b",
+    ];
+    for host in fine {
+        let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert_eq!(check(&head), Ok(()), "{host}");
+    }
+    let invalid = [
+        "[::1", "[::1]x", "[::g]", "[]", "h:80:80", "h:port", "%zz", "a]", "[::1]:8a",
+    ];
+    for host in invalid {
+        let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
+        assert_eq!(
+            check(&head),
+            Err(Malformed("invalid Host header")),
+            "{host}"
+        );
+    }
 }
 
 #[test]
@@ -146,6 +172,8 @@ fn target_forms() {
         "http://:80/x",
         "http://u:p@h/x",
         "http://h\"/x",
+        "http://[::1/x",
+        "http://h:80:80/x",
     ];
     for bad in refused {
         assert!(malformed(&format!("GET {bad} HTTP/1.1\r\n\r\n")), "{bad}");
