@@ -7,7 +7,7 @@
 //! restart re-shards it. A log from before (no `access-logged` marker in
 //! its shard dir) begins every window again, as it did, and logs that. A
 //! refused write slides the window too, and a waiting live reader keeps
-//! its stream.
+//! its stream, and an SSE reader that left lets it go within a window or two.
 
 mod common;
 
@@ -172,4 +172,34 @@ fn long_poll(s: &Server, path: &str) -> thread::JoinHandle<u16> {
     let poll = format!("{path}?offset={tail}&live=long-poll");
     let addr = s.addr;
     thread::spawn(move || req(addr, "GET", &poll, &[], b"").status)
+}
+
+/// An SSE reader keeps a TTL stream alive; one that left lets it expire
+/// within a couple of windows, not at the end of its keep-alive cycle: an
+/// idle SSE response of a stream with a short TTL writes a control every
+/// half window, which is how a reader that went away is noticed.
+#[test]
+fn an_sse_reader_that_left_lets_its_ttl_stream_expire() {
+    let s = Server::start(&["--cores", "1"]);
+    let path = format!("/v1/stream/{}", unique_name("sse-ttl"));
+    create(&s, &path, "1");
+    let mut reader = common::Conn::open(s.addr);
+    let sse = reader.build_request("GET", &format!("{path}?offset=-1&live=sse"), &[], b"");
+    reader.send_raw(&sse);
+    assert_eq!(reader.read_head().status, 200);
+    // Controls keep coming while it reads (the first, then one every half
+    // second), and the stream outlives its 1 s window.
+    for _ in 0..4 {
+        reader.read_chunked_until(b"event: control", Duration::from_secs(2));
+    }
+    assert_eq!(
+        req(s.addr, "HEAD", &path, &[], b"").status,
+        200,
+        "kept by its reader"
+    );
+    drop(reader);
+    // Noticed at the second write after it left (≤ 1 s), then the window.
+    thread::sleep(Duration::from_millis(3_000));
+    let head = req(s.addr, "HEAD", &path, &[], b"");
+    assert_eq!(head.status, 404, "a reader that left still keeps it");
 }

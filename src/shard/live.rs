@@ -516,6 +516,19 @@ async fn drain(
     }
 }
 
+/// How often an idle SSE response sends a control event: the long-poll
+/// timeout, or half a TTL stream's window when that is shorter. The reader
+/// keeps such a stream alive (PROTOCOL.md §5.1); a write is how a reader
+/// that went away is noticed, so that it stops doing so within a window.
+fn keepalive_every(shard: &Shard, key: &str) -> Duration {
+    let configured = Duration::from_millis(shard.config.long_poll_timeout_ms);
+    let ttl = shard.table.borrow().get(key).and_then(|s| s.ttl_secs);
+    let half_window = ttl.map(|secs| Duration::from_millis(secs.saturating_mul(500)));
+    half_window.map_or(configured, |half| {
+        configured.min(half.max(Duration::from_millis(100)))
+    })
+}
+
 /// Writes events until the stream closes or is deleted, the cycle ends, the
 /// shard stops, or the client goes away (`false`).
 async fn stream_events(
@@ -525,7 +538,7 @@ async fn stream_events(
     audience: &Audience,
 ) -> bool {
     let cycle_end = Instant::now() + Duration::from_millis(shard.config.sse_cycle_ms);
-    let keepalive = Duration::from_millis(shard.config.long_poll_timeout_ms);
+    let keepalive = keepalive_every(shard, &cursor.plan.key);
     let signal = &audience.signal;
     let mut timed_out = false;
     loop {
