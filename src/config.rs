@@ -168,7 +168,8 @@ OPTIONS:
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413; at most 1 GiB less room
                                 for its head (one log record) [default: 33554432]
-    --max-head-bytes N          largest request head; larger gets 431 [default: 32768]
+    --max-head-bytes N          largest request head; larger gets 431 (414 when the
+                                request line alone is longer) [default: 32768]
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
                                 whole within it and a stalled body gets 408 [default: 60000]
