@@ -292,7 +292,7 @@ fn deleting_the_last_fork_lets_its_sources_go_before_it_answers() {
             );
         }
         assert_eq!(c.request("DELETE", &leaf, &[], b"").status, 204);
-        for gone in [&mid, &root] {
+        for gone in [&root, &mid] {
             assert_eq!(
                 c.request("GET", gone, &[], b"").status,
                 404,

@@ -448,6 +448,47 @@ pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
 /// `collect`, awaited, and with it the collection of its source, and so on
 /// up the chain: a fork's DELETE answers once every source it held is gone.
 async fn collect_now(shard: &Shard, key: &str, id: u64) {
+    // One collection of a source at a time (a delete's nudge and a client's
+    // settle race): a later asker waits for it, and the chain it settles.
+    let waiting = {
+        let mut running = shard.fork_collections.borrow_mut();
+        match running.get_mut(&id) {
+            Some(waiters) => {
+                let (done, finished) = flume::bounded(1);
+                waiters.push(done);
+                Some(finished)
+            }
+            None => {
+                running.insert(id, Vec::new());
+                None
+            }
+        }
+    };
+    if let Some(finished) = waiting {
+        let _ = finished.recv_async().await;
+        return;
+    }
+    let _running = Collecting { shard, id };
+    collect_alone(shard, key, id).await;
+}
+
+/// A collection of source incarnation `id` in progress; its end (however
+/// it ends) releases the askers that waited for it.
+struct Collecting<'a> {
+    shard: &'a Shard,
+    id: u64,
+}
+
+impl Drop for Collecting<'_> {
+    fn drop(&mut self) {
+        let waiters = self.shard.fork_collections.borrow_mut().remove(&self.id);
+        for done in waiters.into_iter().flatten() {
+            let _ = done.send(());
+        }
+    }
+}
+
+async fn collect_alone(shard: &Shard, key: &str, id: u64) {
     let soft = |shard: &Shard| {
         let table = shard.table.borrow();
         table

@@ -77,6 +77,9 @@ pub struct Shard {
     pub bodies: Rc<replies::ReplyBudget>,
     /// Forks planned from this shard's streams and not yet applied.
     pub fork_leases: fork_lease::Leases,
+    /// Collections of soft-deleted sources in progress, by incarnation,
+    /// with the askers waiting for each (`fork::collect_now`).
+    pub fork_collections: RefCell<HashMap<u64, Vec<flume::Sender<()>>>>,
     jitter: Cell<u64>,
 }
 
@@ -125,6 +128,7 @@ impl Shard {
             replies: Rc::default(),
             bodies: Rc::default(),
             fork_leases: fork_lease::Leases::default(),
+            fork_collections: RefCell::default(),
             jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
