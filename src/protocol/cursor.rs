@@ -20,14 +20,22 @@ pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64) -> String {
     }
 }
 
-/// The cursor of an SSE control event: as `next_cursor`, but never below
-/// the client's jittered cursor, so the cursors one response sends never go
-/// back as the current interval catches up with it (§8.1). A function of
-/// the client's cursor and the time alone: responses sharing a render share
-/// its cursor.
-pub fn sse_cursor(client_cursor: Option<&str>, now_ms: u64) -> String {
+/// Whether the client's cursor is at or after the current interval: then
+/// the cursors sent must go past it (§8.1).
+pub fn client_ahead(client_cursor: Option<&str>, now_ms: u64) -> bool {
     let current = current_interval(now_ms);
-    match normalized(client_cursor).map(jittered) {
+    normalized(client_cursor).is_some_and(|client| decimal_cmp(client, &current).is_ge())
+}
+
+/// The cursor of an SSE control event of a response whose client was
+/// `ahead` when it began (`client_ahead`): the current interval, or, when
+/// ahead, never below the client's jittered cursor, so one response's
+/// cursors never go back as the current interval catches up with it
+/// (§8.1). A function of the client's cursor, the flag and the time alone:
+/// responses sharing a render share its cursor.
+pub fn sse_cursor(client_cursor: Option<&str>, ahead: bool, now_ms: u64) -> String {
+    let current = current_interval(now_ms);
+    match normalized(client_cursor).filter(|_| ahead).map(jittered) {
         Some(later) if decimal_cmp(&later, &current).is_gt() => later,
         _ => current,
     }
@@ -110,7 +118,7 @@ mod tests {
         let mut last = 1000;
         for step in 0..400 {
             let now = start + step * INTERVAL_MS;
-            let sent: u64 = sse_cursor(Some(client), now).parse().unwrap();
+            let sent: u64 = sse_cursor(Some(client), true, now).parse().unwrap();
             assert!(sent > 1000 && sent >= last, "{sent} after {last}");
             last = sent;
         }
@@ -119,7 +127,10 @@ mod tests {
             1000 + 399,
             "the current interval once past the jitter"
         );
-        assert_eq!(sse_cursor(None, start), "1000");
+        assert_eq!(sse_cursor(None, false, start), "1000");
+        // A client behind the current interval gets the current interval.
+        assert!(!client_ahead(Some("999"), start) && client_ahead(Some(client), start));
+        assert_eq!(sse_cursor(Some("999"), false, start), "1000");
     }
 
     #[test]

@@ -36,6 +36,9 @@ pub struct SseCursor {
     /// unfinished: nothing more is sent until the tail moves past it or the
     /// stream closes (§5.8: no invalid UTF-8 in text events).
     pub held_at: Option<u64>,
+    /// Whether the client's cursor was at or after the current interval
+    /// when the response began (`cursor::client_ahead`).
+    pub client_ahead: bool,
 }
 
 /// Everything `SseCursor::emit` reads besides the fetched bytes (which the
@@ -54,6 +57,7 @@ pub struct StepKey {
     surface: Surface,
     records: Option<records::RecordView>,
     client_cursor: Option<String>,
+    client_ahead: bool,
     interval: u64,
     announced: bool,
 }
@@ -106,13 +110,15 @@ pub fn closed_at_start(stream: &Stream, plan: &ReadPlan) -> bool {
 }
 
 impl SseCursor {
-    pub fn new(plan: ReadPlan) -> Self {
+    pub fn new(plan: ReadPlan, now_ms: u64) -> Self {
         let next = plan.start;
+        let client_ahead = cursor::client_ahead(plan.cursor.as_deref(), now_ms);
         SseCursor {
             plan,
             next,
             announced: false,
             held_at: None,
+            client_ahead,
         }
     }
 
@@ -156,6 +162,7 @@ impl SseCursor {
             surface: self.plan.surface,
             records: self.plan.records,
             client_cursor: self.plan.cursor.clone(),
+            client_ahead: self.client_ahead,
             interval: now_ms / cursor::INTERVAL_MS,
             announced: self.announced,
         }
@@ -278,7 +285,7 @@ impl SseCursor {
         now_ms: u64,
     ) {
         self.announced = true;
-        let cursor = cursor::sse_cursor(self.plan.cursor.as_deref(), now_ms);
+        let cursor = cursor::sse_cursor(self.plan.cursor.as_deref(), self.client_ahead, now_ms);
         let up = if up_to_date { ",\"upToDate\":true" } else { "" };
         let json = format!(
             "{{\"streamNextOffset\":\"{}\"{},\"streamCursor\":\"{cursor}\"{up}}}",
@@ -403,7 +410,7 @@ mod tests {
             past_tail: false,
             from_now: false,
         };
-        let mut cursor = SseCursor::new(plan);
+        let mut cursor = SseCursor::new(plan, 0);
         let (start, end, cut) = cursor.next_window(table.get("k").unwrap()).unwrap();
         assert_eq!((start, end, cut), (0, 2, Cut::At(2)));
         let step = cursor.emit(table.get("k").unwrap(), cut, b"a\xE2", 0);
@@ -444,7 +451,7 @@ mod tests {
             past_tail: false,
             from_now: false,
         };
-        let mut sse = SseCursor::new(plan);
+        let mut sse = SseCursor::new(plan, now_ms);
         let sent = |step: SseStep| -> u64 {
             let text = String::from_utf8(step.bytes).unwrap();
             let at = text.find("\"streamCursor\":\"").expect("a cursor") + 16;

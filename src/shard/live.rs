@@ -442,7 +442,7 @@ async fn sse(
     let _live = shard.metrics.subscriber(Mode::Sse);
     let key = plan.key.clone();
     let audience = shard.waiters.join(&key);
-    let cursor = SseCursor::new(plan);
+    let cursor = SseCursor::new(plan, clock::now_ms());
     let ok = stream_events(shard, (socket, streamed), cursor, &audience).await;
     shard.waiters.release(&key, audience);
     // After a stream's closure (or deletion) the connection closes too
