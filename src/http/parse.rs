@@ -424,8 +424,9 @@ fn valid_host(host: &str) -> bool {
             Some((literal, after)) => (valid_ip_literal(literal), after),
             None => return false,
         },
+        // A port needs a host before it.
         None => match host.rfind(':') {
-            Some(colon) => (valid_reg_name(&host[..colon]), &host[colon..]),
+            Some(colon) => (colon > 0 && valid_reg_name(&host[..colon]), &host[colon..]),
             None => (valid_reg_name(host), ""),
         },
     };
@@ -436,12 +437,25 @@ fn valid_host(host: &str) -> bool {
     name_ok && port_ok
 }
 
-/// An IPv6 address (with an embedded IPv4 tail) between the brackets.
+/// Between the brackets: an IPv6 address (perhaps with an IPv4 tail and a
+/// zone id, RFC 6874, `%25` escaped or, as some clients send it, raw) or an
+/// IPvFuture (`v` hex `.` ...).
 fn valid_ip_literal(literal: &str) -> bool {
-    literal.contains(':')
-        && literal
+    if let Some(future) = literal.strip_prefix(['v', 'V']) {
+        return future.split_once('.').is_some_and(|(version, rest)| {
+            !version.is_empty()
+                && version.bytes().all(|b| b.is_ascii_hexdigit())
+                && !rest.is_empty()
+                && valid_reg_name(&rest.replace(':', ""))
+        });
+    }
+    let (address, zone) = literal.split_once('%').unwrap_or((literal, ""));
+    let zone = zone.strip_prefix("25").unwrap_or(zone);
+    address.matches(':').count() >= 2
+        && address
             .bytes()
             .all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.')
+        && (literal.len() == address.len() || (!zone.is_empty() && valid_reg_name(zone)))
 }
 
 fn valid_reg_name(name: &str) -> bool {

@@ -86,13 +86,28 @@ fn host_rules_of_rfc_9112() {
         "[fe80::1:2]:9",
         "[::ffff:1.2.3.4]",
         "%41b",
+        "[fe80::1%25eth0]",
+        "[fe80::1%eth0]:8",
+        "[v1.x:y]",
     ];
     for host in fine {
         let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
         assert_eq!(check(&head), Ok(()), "{host}");
     }
     let invalid = [
-        "[::1", "[::1]x", "[::g]", "[]", "h:80:80", "h:port", "%zz", "a]", "[::1]:8a",
+        "[::1",
+        "[::1]x",
+        "[::g]",
+        "[]",
+        "h:80:80",
+        "h:port",
+        "%zz",
+        "a]",
+        "[::1]:8a",
+        "[:]",
+        ":80",
+        "[fe80::1%]",
+        "[v.x]",
     ];
     for host in invalid {
         let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\n\r\n");
