@@ -571,37 +571,35 @@ mod tests {
             Err(HttpError::Malformed("chunk extensions too long"))
         );
         // the limit is per line
-        let mut ok = Vec::new();
-        for _ in 0..3 {
-            ok.extend_from_slice(b"1;");
-            ok.extend_from_slice(&[b'e'; 3000]);
-            ok.extend_from_slice(b"\r\nx\r\n");
-        }
-        ok.extend_from_slice(b"0\r\n\r\n");
+        let ok = tagged(3, &[b'e'; 3000], b"x");
         assert_eq!(whole(&ok).unwrap().1, b"xxx");
-        // and per body: many short lines add up, beyond what data they carry
-        let mut long = Vec::new();
-        for _ in 0..5000 {
-            long.extend_from_slice(b"400;tag=0123456789\r\n");
-            long.extend_from_slice(&[b'd'; 0x400]);
-            long.extend_from_slice(b"\r\n");
-        }
-        long.extend_from_slice(b"0\r\n\r\n");
+        // and per body, beyond what data the chunks carry: a long upload may
+        // tag every chunk, many short lines around little data add up
+        let long = tagged(5000, b"tag=0123456789", &[b'd'; 0x400]);
         let mut d = ChunkedDecoder::new(u64::MAX);
         assert!(
             d.decode(&long, &mut Vec::new()).is_ok() && d.is_done(),
             "tags on a long body"
         );
-        let mut many = Vec::new();
-        for _ in 0..(MAX_BODY_EXT_BYTES / 1000 + 1) {
-            many.extend_from_slice(b"1;");
-            many.extend_from_slice(&[b'e'; 1000]);
-            many.extend_from_slice(b"\r\nx\r\n");
-        }
+        let many = tagged(MAX_BODY_EXT_BYTES / 1000 + 1, &[b'e'; 1000], b"x");
         assert_eq!(
             whole(&many),
             Err(HttpError::Malformed("chunk extensions too long"))
         );
+    }
+
+    /// `n` chunks of `data`, each with the extension `;{ext}`, then the end.
+    fn tagged(n: usize, ext: &[u8], data: &[u8]) -> Vec<u8> {
+        let mut body = Vec::new();
+        for _ in 0..n {
+            body.extend_from_slice(format!("{:x};", data.len()).as_bytes());
+            body.extend_from_slice(ext);
+            body.extend_from_slice(b"\r\n");
+            body.extend_from_slice(data);
+            body.extend_from_slice(b"\r\n");
+        }
+        body.extend_from_slice(b"0\r\n\r\n");
+        body
     }
 
     #[test]
