@@ -113,19 +113,16 @@ fn pin_to_cpu(index: usize) {
 /// locking a shared ring needs (`SINGLE_ISSUER`). A kernel older than 6.0
 /// refuses the flags: the ring is then built without them.
 fn build_runtime() -> io::Result<monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>>> {
-    let mut flags = io_uring::IoUring::builder();
-    flags.setup_coop_taskrun().setup_single_issuer();
-    let with_flags = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-        .uring_builder(flags)
-        .with_entries(1024)
-        .enable_timer()
-        .build();
-    with_flags.or_else(|_| {
+    let build = |ring: io_uring::Builder| {
         monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .uring_builder(ring)
             .with_entries(1024)
             .enable_timer()
             .build()
-    })
+    };
+    let mut flagged = io_uring::IoUring::builder();
+    flagged.setup_coop_taskrun().setup_single_issuer();
+    build(flagged).or_else(|_| build(io_uring::IoUring::builder()))
 }
 
 pub fn run_shard(
