@@ -385,42 +385,35 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     else {
         return not_found("stream not found");
     };
-    // Unknown (a stopped shard did not say) counts as having forks: a soft
-    // delete is collected later, a hard one would strand the forks. So does
-    // a fork planned but not yet applied (its lease).
-    let watch = shard.fork_leases.watch(id);
+    // A fork that may exist keeps the source, soft-deleted: a soft delete
+    // is collected later, a hard one would strand the forks.
     let forks = count_forks(shard, id).await;
-    let uncounted = watch.leased();
-    drop(watch);
-    let (command, origin) = match shard.table.borrow().get(key) {
+    let (soft, origin) = match shard.table.borrow().get(key) {
         Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
-        Some(s) if s.id == id && (forks != Some(0) || uncounted) => {
-            let command = Command::SoftDelete {
-                key: key.to_string(),
-                stream_id: id,
-            };
-            (command, None)
-        }
-        Some(s) if s.id == id => {
-            let command = Command::Delete {
-                key: key.to_string(),
-                stream_id: id,
-            };
-            (command, s.fork.clone())
-        }
+        Some(s) if s.id == id => (!forks.none(), s.fork.clone()),
         _ => return not_found("stream not found"),
     };
-    let soft = matches!(command, Command::SoftDelete { .. });
+    let (owned, stream_id) = (key.to_string(), id);
+    let command = match soft {
+        true => Command::SoftDelete {
+            key: owned,
+            stream_id,
+        },
+        false => Command::Delete {
+            key: owned,
+            stream_id,
+        },
+    };
     if let Err(e) = shard.submit(vec![command]).await {
         return e.response();
     }
     // The answer waits for what this delete lets go: a source it was the
     // last fork of (and that one's source...), or, soft-deleted for a fork
     // still being made, itself if that fork has failed meanwhile.
-    match origin {
-        Some(origin) => settle_source(shard, &origin).await,
-        None if soft && forks == Some(0) => collect_now(shard, key, id).await,
-        None => {}
+    match (soft, origin) {
+        (false, Some(origin)) => settle_source(shard, &origin).await,
+        (true, _) if forks.counted == Some(0) => collect_now(shard, key, id).await,
+        _ => {}
     }
     match records {
         true => Response::new(204).header("stream-extensions", records::TOKEN),
@@ -428,14 +421,34 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     }
 }
 
-/// How many forks of `source_id` every shard holds; `None` when a
-/// stopped shard did not say (it may hold some).
-async fn count_forks(shard: &Shard, source_id: u64) -> Option<usize> {
+/// What a count of a source's forks found.
+struct ForkCount {
+    /// How many forks every shard holds; `None` when a stopped shard did
+    /// not say (it may hold some).
+    counted: Option<usize>,
+    /// Whether a fork planned but not yet applied, which no shard counts,
+    /// may exist: a lease was held, or ended, while the count was made.
+    leased: bool,
+}
+
+impl ForkCount {
+    /// Whether no fork of the source can exist.
+    fn none(&self) -> bool {
+        self.counted == Some(0) && !self.leased
+    }
+}
+
+/// Counts the forks of `source_id` on every shard, watching its leases.
+async fn count_forks(shard: &Shard, source_id: u64) -> ForkCount {
+    let watch = shard.fork_leases.watch(source_id);
     let counts = shard
         .mesh
         .gather(|reply| MeshMsg::ForkRefs { source_id, reply })
         .await;
-    Some(counts.all()?.into_iter().sum())
+    ForkCount {
+        counted: counts.all().map(|each| each.into_iter().sum()),
+        leased: watch.leased(),
+    }
 }
 
 /// Deletes the soft-deleted `key` (incarnation `id`) once no fork of it is
@@ -502,13 +515,11 @@ async fn collect_alone(shard: &Shard, key: &str, id: u64) {
         let _ = shard.barrier().await;
         return;
     }
-    let watch = shard.fork_leases.watch(id);
     let forks = count_forks(shard, id).await;
-    let Some(origin) = soft(shard).filter(|_| forks == Some(0) && !watch.leased()) else {
+    let Some(origin) = soft(shard).filter(|_| forks.none()) else {
         let _ = shard.barrier().await;
         return;
     };
-    drop(watch);
     let command = Command::Delete {
         key: key.to_string(),
         stream_id: id,
