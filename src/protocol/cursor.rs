@@ -13,11 +13,9 @@ const MAX_JITTER_SECS: u64 = 3600;
 /// decimal numbers of any length: a client's cursor past `u64::MAX` must
 /// still be passed, not replaced by a smaller one.
 pub fn next_cursor(client_cursor: Option<&str>, now_ms: u64) -> String {
-    let current = current_interval(now_ms);
-    match normalized(client_cursor) {
-        Some(client) if decimal_cmp(client, &current).is_ge() => jittered(client),
-        _ => current,
-    }
+    // A response that begins and ends at once: the SSE rule at its start.
+    let ahead = client_ahead(client_cursor, now_ms);
+    sse_cursor(client_cursor, ahead, now_ms)
 }
 
 /// Whether the client's cursor is at or after the current interval: then
