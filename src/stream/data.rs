@@ -264,37 +264,38 @@ impl StreamData {
     /// Copies the cached part of `[start, end)` into `out`; `start` must be
     /// at or after `cache_start()`.
     pub fn copy_cached(&self, start: u64, end: u64, out: &mut Vec<u8>) {
-        assert!(start >= self.cache_start() && end <= self.tail && start <= end);
-        let first = self
-            .chunks
-            .partition_point(|(s, b)| s + b.len() as u64 <= start);
-        for (chunk_start, bytes) in self.chunks.range(first..) {
-            if *chunk_start >= end {
-                break;
-            }
-            let from = start.saturating_sub(*chunk_start) as usize;
-            let to = (end - chunk_start).min(bytes.len() as u64) as usize;
-            out.extend_from_slice(&bytes[from..to]);
+        for (bytes, range) in self.cached_parts(start, end) {
+            out.extend_from_slice(&bytes[range]);
         }
     }
 
     /// The cached part of `[start, end)` as shared slices of the cache's
     /// chunks (no copy); `start` must be at or after `cache_start()`.
     pub fn cached_slices(&self, start: u64, end: u64) -> Vec<Bytes> {
+        self.cached_parts(start, end)
+            .map(|(bytes, range)| bytes.slice(range))
+            .collect()
+    }
+
+    /// The cached chunks that hold bytes of `[start, end)`, each with the
+    /// range of it that lies inside.
+    fn cached_parts(
+        &self,
+        start: u64,
+        end: u64,
+    ) -> impl Iterator<Item = (&Bytes, std::ops::Range<usize>)> + '_ {
         assert!(start >= self.cache_start() && end <= self.tail && start <= end);
         let first = self
             .chunks
             .partition_point(|(s, b)| s + b.len() as u64 <= start);
-        let mut out = Vec::new();
-        for (chunk_start, bytes) in self.chunks.range(first..) {
-            if *chunk_start >= end {
-                break;
-            }
-            let from = start.saturating_sub(*chunk_start) as usize;
-            let to = (end - chunk_start).min(bytes.len() as u64) as usize;
-            out.push(bytes.slice(from..to));
-        }
-        out
+        self.chunks
+            .range(first..)
+            .take_while(move |(chunk_start, _)| *chunk_start < end)
+            .map(move |(chunk_start, bytes)| {
+                let from = start.saturating_sub(*chunk_start) as usize;
+                let to = (end - chunk_start).min(bytes.len() as u64) as usize;
+                (bytes, from..to)
+            })
     }
 
     /// The extents that hold bytes of `[start, end)`.
