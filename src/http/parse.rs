@@ -372,11 +372,6 @@ fn build_head(
         .path
         .ok_or(HttpError::Malformed("missing request target"))?;
     let target = split_target(target, method)?;
-    if target.authority.is_some_and(|a| !valid_host(a)) {
-        return Err(HttpError::Malformed(
-            "invalid authority in the request target",
-        ));
-    }
     let headers = Fields::collect(req.headers)?;
     let body = body_kind(&headers, limits)?;
     // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding must close after.
@@ -418,7 +413,7 @@ pub fn check_host(head: &RequestHead) -> Result<(), HttpError> {
 /// `uri-host [ ":" port ]` (RFC 3986 §3.2.2-3.2.3): a bracketed IP literal
 /// or a registered name (IPv4 included: unreserved, sub-delims and `%HH`),
 /// then an optional port of digits; empty is allowed.
-fn valid_host(host: &str) -> bool {
+pub(super) fn valid_host(host: &str) -> bool {
     let (name_ok, port) = match host.strip_prefix('[') {
         Some(rest) => match rest.split_once(']') {
             Some((literal, after)) => (valid_ip_literal(literal), after),

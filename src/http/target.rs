@@ -3,7 +3,7 @@
 //! Host, §3.2.2), no fragment, the path and the query pairs percent-decoded
 //! (RFC 3986 §2.1) into UTF-8.
 
-use super::parse::{HttpError, Method};
+use super::parse::{HttpError, Method, valid_host};
 
 /// A request target's parts, raw (still percent-encoded).
 pub(super) struct Target<'a> {
@@ -53,12 +53,15 @@ fn origin_form(target: &str) -> Result<(Option<&str>, &str), HttpError> {
     let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..end];
     // RFC 9110 §4.2.1: an http URI with an empty host is invalid; §4.2.4:
-    // userinfo in one is an error.
-    if authority.is_empty() || authority.starts_with(':') {
+    // userinfo in one is an error (`valid_host` has no `@`), and a port
+    // needs a host.
+    if authority.is_empty() {
         return Err(HttpError::Malformed("absolute-form target without a host"));
     }
-    if authority.contains('@') {
-        return Err(HttpError::Malformed("absolute-form target with userinfo"));
+    if !valid_host(authority) {
+        return Err(HttpError::Malformed(
+            "invalid authority in the request target",
+        ));
     }
     Ok((Some(authority), &rest[end..]))
 }
