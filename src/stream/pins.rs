@@ -86,6 +86,7 @@ impl Table {
     }
 
     /// Whether a response pins incarnation `id`.
+    #[cfg(test)]
     pub fn reads_pinned(&self, id: u64) -> bool {
         self.read_pins.contains_key(&id)
     }
