@@ -5,8 +5,9 @@
 //! any byte boundary; every framing line ends in CRLF (RFC 9112 allows a bare
 //! LF only in the start line and header fields: accepting one here is the
 //! "funky chunks" request-smuggling class); chunk extensions are skipped but
-//! bounded per line and per body (64 KiB beyond its data); trailer fields are skipped once they show
-//! a name and a colon, bounded; the decoded size is capped.
+//! bounded per line and per body (64 KiB beyond its data); trailer fields
+//! are skipped once they show a name and a colon, bounded; the decoded size
+//! is capped.
 
 use crate::http::parse::{HttpError, is_tchar};
 
