@@ -188,6 +188,31 @@ fn keep_alive_three_requests_on_one_connection() {
 }
 
 #[test]
+fn an_http10_keep_alive_request_is_told_the_connection_stays_open() {
+    // RFC 9112 §9.3 and Appendix C.2.2: an HTTP/1.0 client closes unless
+    // the answer says `Connection: keep-alive`.
+    let s = Server::start(&[]);
+    let path = new_stream_path();
+    create(&s, &path, TEXT);
+    let mut c = Conn::open(s.addr);
+    for _ in 0..2 {
+        let head = format!("HEAD {path} HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n");
+        c.send_raw(head.as_bytes());
+        let r = c.read_response_for("HEAD");
+        assert_eq!(r.status, 200, "{:?}", r.headers);
+        assert_eq!(
+            r.header("connection"),
+            Some("keep-alive"),
+            "{:?}",
+            r.headers
+        );
+    }
+    c.send_raw(format!("HEAD {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes());
+    let r = c.read_response_for("HEAD");
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+}
+
+#[test]
 fn pipelined_requests_answered_in_order() {
     let s = Server::start(&[]);
     let (a, b) = (new_stream_path(), new_stream_path());
@@ -360,6 +385,19 @@ fn an_absolute_form_target_names_the_host_of_the_location() {
     let r = c.read_response();
     assert_eq!(r.status, 201, "{}", r.text());
     let expected = format!("http://streams.example:8080{path}");
+    assert_eq!(r.header("location"), Some(expected.as_str()));
+    // An https target (a TLS proxy forwarding it) keeps its scheme.
+    let path = new_stream_path();
+    c.send_raw(
+        format!(
+            "PUT https://streams.example{path} HTTP/1.1\r\nHost: other\r\n\
+             Content-Type: text/plain\r\nContent-Length: 0\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response();
+    assert_eq!(r.status, 201, "{}", r.text());
+    let expected = format!("https://streams.example{path}");
     assert_eq!(r.header("location"), Some(expected.as_str()));
 }
 

@@ -94,6 +94,9 @@ pub struct RequestHead {
     /// An absolute-form target's `host[:port]`: it stands for the Host
     /// field (RFC 9112 §3.2.2).
     pub authority: Option<String>,
+    /// An absolute-form target named the `https` scheme (rill itself
+    /// speaks plain HTTP: a TLS proxy in front may forward such targets).
+    pub https: bool,
     /// Decoded query pairs in order; '+' is kept literally.
     pub query: Vec<(String, String)>,
     /// Header names lower-cased, values trimmed.
@@ -388,6 +391,7 @@ fn build_head(
         query: parse_query(target.query)?,
         raw_path: target.path.to_owned(),
         authority: target.authority.map(str::to_owned),
+        https: target.https,
         expect_continue,
         headers,
         body,

@@ -175,6 +175,8 @@ fn target_forms() {
         (Some("a.example:81"), Some("b.example"))
     );
     assert_eq!(ok("GET /s HTTP/1.1\r\nHost: b\r\n\r\n").host(), Some("b"));
+    assert!(ok("GET hTTpS://a/s HTTP/1.1\r\nHost: b\r\n\r\n").https);
+    assert!(!h.https && !ok("GET /s HTTP/1.1\r\nHost: b\r\n\r\n").https);
     // No fragment (§3.2), no empty host (RFC 9110 §4.2.1), no userinfo
     // (§4.2.4), no characters a host cannot hold.
     let refused = [

@@ -61,6 +61,40 @@ pub enum Framing {
     UntilClose,
 }
 
+/// Whether the connection stays open after a response, and whether the
+/// response must say so: an HTTP/1.0 client takes its connection as closing
+/// unless the answer carries `Connection: keep-alive` (RFC 9112 §9.3 and
+/// its Appendix C.2.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    Close,
+    KeepAlive,
+    /// Kept open for an HTTP/1.0 client, which must be told.
+    KeepAliveAnnounced,
+}
+
+impl Persistence {
+    pub fn of(keep_alive: bool, http11: bool) -> Persistence {
+        match (keep_alive, http11) {
+            (false, _) => Persistence::Close,
+            (true, true) => Persistence::KeepAlive,
+            (true, false) => Persistence::KeepAliveAnnounced,
+        }
+    }
+
+    pub fn alive(self) -> bool {
+        self != Persistence::Close
+    }
+
+    /// Closes unless `stays` too.
+    pub fn and(self, stays: bool) -> Persistence {
+        match stays {
+            true => self,
+            false => Persistence::Close,
+        }
+    }
+}
+
 /// How a streamed body (SSE, bootstrap) goes on the wire: chunked to
 /// HTTP/1.1 clients, raw until the connection closes to HTTP/1.0 ones
 /// (RFC 9112 §6.1: no Transfer-Encoding in answers to HTTP/1.0).
@@ -118,7 +152,7 @@ impl Streamed {
 pub fn encode(
     resp: &Response,
     framing: Framing,
-    keep_alive: bool,
+    persistence: Persistence,
     head_request: bool,
     out: &mut Vec<u8>,
 ) {
@@ -147,8 +181,10 @@ pub fn encode(
         Framing::Sized(len) if !bodiless => push_header(out, "content-length", &len.to_string()),
         Framing::Length | Framing::Sized(_) | Framing::UntilClose => {}
     }
-    if !keep_alive || framing == Framing::UntilClose {
-        push_header(out, "connection", "close");
+    match persistence.and(framing != Framing::UntilClose) {
+        Persistence::Close => push_header(out, "connection", "close"),
+        Persistence::KeepAliveAnnounced => push_header(out, "connection", "keep-alive"),
+        Persistence::KeepAlive => {}
     }
     out.extend_from_slice(b"\r\n");
     if framing == Framing::Length && !head_request && !bodiless {
@@ -209,7 +245,7 @@ mod tests {
         encode(
             &Response::error(404, "not_found", "x"),
             Framing::Length,
-            true,
+            Persistence::KeepAlive,
             false,
             &mut out,
         );
@@ -227,14 +263,15 @@ mod tests {
     #[test]
     fn no_body_on_204_or_head() {
         let mut out = Vec::new();
-        encode(&Response::new(204), Framing::Length, false, false, &mut out);
+        let close = Persistence::Close;
+        encode(&Response::new(204), Framing::Length, close, false, &mut out);
         let text = String::from_utf8(out).unwrap();
         assert!(!text.contains("content-length") && text.contains("connection: close"));
         let mut out = Vec::new();
         encode(
             &Response::new(200).with_body(b"abc".to_vec()),
             Framing::Length,
-            true,
+            Persistence::KeepAlive,
             true,
             &mut out,
         );
@@ -243,6 +280,21 @@ mod tests {
                 .unwrap()
                 .ends_with("content-length: 3\r\n\r\n")
         );
+    }
+
+    #[test]
+    fn an_http10_client_is_told_its_connection_stays_open() {
+        let text = |persistence, framing| {
+            let mut out = Vec::new();
+            encode(&Response::new(200), framing, persistence, false, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        let told = Persistence::of(true, false);
+        assert!(text(told, Framing::Length).contains("\r\nconnection: keep-alive\r\n"));
+        assert!(text(told, Framing::UntilClose).contains("\r\nconnection: close\r\n"));
+        let http11 = text(Persistence::of(true, true), Framing::Length);
+        assert!(!http11.contains("connection:"));
+        assert!(text(Persistence::of(false, false), Framing::Length).contains("connection: close"));
     }
 
     #[test]

@@ -11,6 +11,8 @@ pub(super) struct Target<'a> {
     pub query: &'a str,
     /// An absolute form's `host[:port]`.
     pub authority: Option<&'a str>,
+    /// An absolute form named the `https` scheme.
+    pub https: bool,
 }
 
 /// Splits the request target into its raw parts.
@@ -21,6 +23,7 @@ pub(super) fn split_target(target: &str, method: Method) -> Result<Target<'_>, H
                 path: "*",
                 query: "",
                 authority: None,
+                https: false,
             }),
             _ => Err(HttpError::Malformed(
                 "asterisk-form target is only valid for OPTIONS",
@@ -28,6 +31,7 @@ pub(super) fn split_target(target: &str, method: Method) -> Result<Target<'_>, H
         };
     }
     let (authority, origin) = origin_form(target)?;
+    let https = authority.is_some() && strip_prefix_ci(target, "https://").is_some();
     // RFC 9112 §3.2: no form of request-target has a fragment.
     if origin.contains('#') {
         return Err(HttpError::Malformed("a request target has no fragment"));
@@ -38,6 +42,7 @@ pub(super) fn split_target(target: &str, method: Method) -> Result<Target<'_>, H
         path,
         query,
         authority,
+        https,
     })
 }
 

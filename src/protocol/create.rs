@@ -141,11 +141,13 @@ pub fn recreated(existing: &Stream) -> Response {
     records::ack(existing, reply, tail, tail)
 }
 
-/// `Location` for a 201: the stream's absolute URL when the Host is known.
+/// `Location` for a 201: the stream's absolute URL when the Host is known,
+/// in the scheme an absolute-form target named (RFC 9112 §3.2.2).
 pub fn location(req: &Request) -> String {
     let path = &req.head.raw_path;
+    let scheme = if req.head.https { "https" } else { "http" };
     match req.head.host() {
-        Some(host) if !host.is_empty() => format!("http://{host}{path}"),
+        Some(host) if !host.is_empty() => format!("{scheme}://{host}{path}"),
         _ => path.clone(),
     }
 }

@@ -11,7 +11,7 @@ use super::dispatch::advertised;
 use super::store;
 use super::{Shard, blobs, snapshot};
 use crate::http::parse::{Method, RequestHead};
-use crate::http::render::{self, Streamed};
+use crate::http::render::{self, Persistence, Streamed};
 use crate::protocol::bootstrap;
 use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::{Request, Response};
@@ -88,7 +88,7 @@ pub async fn serve(
     head: &RequestHead,
     key: &str,
     bucket: &str,
-    keep: bool,
+    keep: Persistence,
 ) -> bool {
     if !shard.buckets.borrow().contains_key(bucket) {
         return respond(shard, socket, not_found("bucket not found"), keep, false).await;
@@ -131,16 +131,16 @@ pub async fn serve(
     responding(shard, socket, reply_head.status);
     let mut out = Vec::new();
     let streamed = Streamed::for_request(head.http11);
-    let keep = keep && streamed.keeps_alive();
+    let keep = keep.and(streamed.keeps_alive());
     render::encode(&reply_head, streamed.framing(), keep, head_only, &mut out);
     if !write_bytes(socket, out).await {
         return false;
     }
     if head_only {
-        return keep;
+        return keep.alive();
     }
     let ok = parts(&pin, (socket, streamed), &plan, (&boundary, first)).await;
-    ok && write_bytes(socket, streamed.end().to_vec()).await && keep
+    ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive()
 }
 
 /// The snapshot part, the message parts, the closing delimiter. A part

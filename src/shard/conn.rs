@@ -19,7 +19,7 @@ use super::mesh::MeshMsg;
 use super::signal::Signal;
 use super::{Shard, body, dispatch, placement};
 use crate::http::parse::{HttpError, Limits, Method, RequestHead, check_host, parse_head};
-use crate::http::render::{self, Framing};
+use crate::http::render::{self, Framing, Persistence};
 use crate::metrics::{Counter, Route};
 use crate::protocol::{Response, headers, router};
 
@@ -202,7 +202,7 @@ pub async fn respond(
     shard: &Shard,
     socket: &mut TcpStream,
     resp: Response,
-    keep_alive: bool,
+    keep_alive: Persistence,
     head_request: bool,
 ) -> bool {
     let lease = match head_request {
@@ -225,9 +225,9 @@ pub async fn respond(
         &mut out,
     );
     if !vectored {
-        return write_bytes(socket, out).await && keep_alive;
+        return write_bytes(socket, out).await && keep_alive.alive();
     }
-    write_vectored(socket, out, resp.body).await && keep_alive
+    write_vectored(socket, out, resp.body).await && keep_alive.alive()
 }
 
 /// Writes a response whose body is shared with other responses (a
@@ -239,7 +239,7 @@ pub async fn respond_shared(
     socket: &mut TcpStream,
     head: Response,
     body: &bytes::Bytes,
-    keep_alive: bool,
+    keep_alive: Persistence,
 ) -> bool {
     debug_assert!(head.body.is_empty(), "the body is the shared one");
     responding(shard, socket, head.status);
@@ -253,9 +253,9 @@ pub async fn respond_shared(
     );
     if body.len() < VECTORED_BODY_BYTES {
         out.extend_from_slice(body);
-        return write_bytes(socket, out).await && keep_alive;
+        return write_bytes(socket, out).await && keep_alive.alive();
     }
-    write_bytes(socket, out).await && write_bytes(socket, body.clone()).await && keep_alive
+    write_bytes(socket, out).await && write_bytes(socket, body.clone()).await && keep_alive.alive()
 }
 
 /// One writev of head and body; whatever a partial write leaves is written
@@ -500,7 +500,7 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
 /// refused body's MiBs, perhaps) is not kept for the lingering close.
 async fn refuse(shard: &Shard, socket: &mut TcpStream, buf: Vec<u8>, resp: Response) {
     drop(buf);
-    respond(shard, socket, resp, false, false).await;
+    respond(shard, socket, resp, Persistence::Close, false).await;
 }
 
 /// Counts the answered request and, with `--access-log true`, logs it.

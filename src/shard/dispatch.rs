@@ -10,7 +10,7 @@ use monoio::net::TcpStream;
 use super::conn::respond;
 use super::{Shard, batch, bootstrap, buckets, fork, live, metrics, slices, snapshot};
 use crate::http::parse::{BodyKind, Method, RequestHead};
-use crate::http::render;
+use crate::http::render::{self, Persistence};
 use crate::protocol::response::{bad_request, not_found};
 use crate::protocol::{self, Action, Request, Response, Surface, Target, records};
 
@@ -22,7 +22,7 @@ pub async fn handle(
     body: Vec<u8>,
     target: Target,
 ) -> bool {
-    let keep = head.keep_alive && !shard.stopping.get();
+    let keep = Persistence::of(head.keep_alive && !shard.stopping.get(), head.http11);
     let is_head = head.method == Method::Head;
     if head.method == Method::Options {
         return respond(shard, socket, render::preflight(), keep, false).await;
@@ -263,7 +263,7 @@ async fn stream_request(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
     sr: StreamRequest<'_>,
-    keep: bool,
+    keep: Persistence,
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
     // Reads and writes slide `Stream-TTL` (PROTOCOL.md §5.1), an expired

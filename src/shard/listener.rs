@@ -416,9 +416,9 @@ async fn refuse(mut socket: monoio::net::TcpStream, reply: crate::protocol::Resp
 
 /// A refusal on the wire: whole (Content-Length), the connection closing.
 fn refusal_bytes(reply: &crate::protocol::Response) -> Vec<u8> {
+    use crate::http::render::{Framing, Persistence, encode};
     let mut out = Vec::new();
-    let framing = crate::http::render::Framing::Length;
-    crate::http::render::encode(reply, framing, false, false, &mut out);
+    encode(reply, Framing::Length, Persistence::Close, false, &mut out);
     out
 }
 

@@ -18,7 +18,7 @@ use super::audience::{Audience, BodyKey, SharedBody, SharedStep};
 use super::conn::{respond, respond_shared, responding, send_piece, write_bytes};
 use super::store::{self, FetchError};
 use crate::clock;
-use crate::http::render::{self, Framing, Streamed};
+use crate::http::render::{self, Framing, Persistence, Streamed};
 use crate::metrics::Mode;
 use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, MAX_READ_BYTES, ReadPlan};
@@ -33,7 +33,7 @@ pub async fn serve(
     shard: &Rc<Shard>,
     (socket, streamed): (&mut TcpStream, Streamed),
     plan: ReadPlan,
-    keep: bool,
+    keep: Persistence,
     if_none_match: Option<String>,
 ) -> bool {
     match plan.mode {
@@ -100,7 +100,7 @@ async fn catch_up_whole(
     socket: &mut TcpStream,
     plan: &ReadPlan,
     (id, end): (u64, u64),
-    (if_none_match, keep): (Option<String>, bool),
+    (if_none_match, keep): (Option<String>, Persistence),
 ) -> bool {
     let started = {
         let table = shard.table.borrow();
@@ -135,7 +135,7 @@ async fn catch_up_whole(
     }
     let written = write_whole_body(&pin, socket, plan, &windows, body).await;
     debug_assert!(written.is_none_or(|n| n == length), "the announced length");
-    written == Some(length) && keep
+    written == Some(length) && keep.alive()
 }
 
 /// The body of `catch_up_whole` from `plan.start` to `end`; the bytes
@@ -257,7 +257,7 @@ async fn long_poll(
     shard: &Rc<Shard>,
     socket: &mut TcpStream,
     plan: ReadPlan,
-    (if_none_match, keep): (Option<String>, bool),
+    (if_none_match, keep): (Option<String>, Persistence),
 ) -> bool {
     let waiting = shard.metrics.subscriber(Mode::LongPoll);
     let audience = shard.waiters.join(&plan.key);
@@ -420,7 +420,7 @@ async fn sse(
     shard: &Rc<Shard>,
     (socket, streamed): (&mut TcpStream, Streamed),
     plan: ReadPlan,
-    keep: bool,
+    keep: Persistence,
 ) -> bool {
     let head = shard.table.borrow().get_visible(&plan.key).map(|stream| {
         let ended = sse::closed_at_start(stream, &plan);
@@ -432,7 +432,7 @@ async fn sse(
     // A stream already closed at the client's offset gets its final control
     // event and then the connection closes (PROTOCOL.md §5.7: "MUST then
     // close the connection"), announced by `Connection: close`.
-    let keep = keep && !ended && streamed.keeps_alive();
+    let keep = keep.and(!ended && streamed.keeps_alive());
     responding(shard, socket, head.status);
     let mut out = Vec::new();
     render::encode(&head, streamed.framing(), keep, false, &mut out);
@@ -452,7 +452,7 @@ async fn sse(
         .borrow()
         .get_visible(&key)
         .is_none_or(|s| s.is_closed());
-    ok && write_bytes(socket, streamed.end().to_vec()).await && keep && !ended
+    ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive() && !ended
 }
 
 /// The next step for `cursor`: the audience's shared step when another
