@@ -28,6 +28,11 @@ pub enum LiveMode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
     pub key: String,
+    /// The incarnation of `key` planned against: a read waiting on it ends
+    /// with it, and never goes on into a stream created at the same key
+    /// after it expired or was deleted (PROTOCOL.md §4: offsets are a
+    /// stream's own).
+    pub stream_id: u64,
     pub surface: Surface,
     pub mode: LiveMode,
     /// Byte position to read from (`now` and `-1` already resolved).
@@ -69,6 +74,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
     };
     let plan = ReadPlan {
         key: req.key.to_string(),
+        stream_id: stream.id,
         surface: req.surface,
         mode,
         start,
@@ -440,6 +446,11 @@ pub fn poll_empty(
     timed_out: bool,
 ) -> Option<Response> {
     debug_assert!(plan.start >= stream.tail());
+    // PROTOCOL.md §5.1: past its `Stream-Expires-At` a stream is gone, also
+    // to a reader that waited on it (waiting slides only a `Stream-TTL`).
+    if stream.past_expires_at(now_ms) {
+        return Some(not_found("stream not found"));
+    }
     if !stream.is_closed() && !timed_out {
         return None;
     }

@@ -253,7 +253,9 @@ impl SseCursor {
     /// With nothing to send: the final control of a closed (or deleted)
     /// stream, the first control of a response, or a keep-alive control.
     pub fn idle(&mut self, stream: Option<&Stream>, now_ms: u64, timed_out: bool) -> SseStep {
-        let Some(stream) = stream else {
+        // Gone, or past its `Stream-Expires-At` (PROTOCOL.md §5.1): the
+        // response ends (waiting slides only a `Stream-TTL`).
+        let Some(stream) = stream.filter(|s| !s.past_expires_at(now_ms)) else {
             return SseStep {
                 bytes: Vec::new(),
                 done: true,
@@ -401,6 +403,7 @@ mod tests {
         let mut table = text_table(b"a\xE2");
         let plan = ReadPlan {
             key: "k".into(),
+            stream_id: 0,
             surface: Surface::V1,
             mode: LiveMode::Sse,
             start: 0,
@@ -442,6 +445,7 @@ mod tests {
         let now_ms = cursor::EPOCH_MS + 1_000 * cursor::INTERVAL_MS;
         let plan = ReadPlan {
             key: "k".into(),
+            stream_id: 0,
             surface: Surface::V1,
             mode: LiveMode::Sse,
             start: 0,

@@ -153,6 +153,7 @@ mod tests {
     fn plan(surface: Surface, start: u64) -> ReadPlan {
         ReadPlan {
             key: "k".into(),
+            stream_id: 0,
             surface,
             mode: LiveMode::CatchUp,
             start,

@@ -189,6 +189,9 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
         return action;
     }
     let deadline = Instant::now() + wait;
+    // The append waits on this incarnation only: one created at the key
+    // after it expired or was deleted is another stream (a 404 for it).
+    let id = shard.table.borrow().get(req.key).map(|s| s.id);
     let audience = shard.waiters.join(req.key);
     while is_sequence_gap(&action) && !shard.stopping.get() {
         let changed = audience.signal.changed(audience.signal.generation());
@@ -198,7 +201,10 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
         {
             break;
         }
-        action = decide_now();
+        action = match shard.table.borrow().get(req.key).map(|s| s.id) == id {
+            true => decide_now(),
+            false => Action::Reply(not_found("stream not found")),
+        };
     }
     shard.waiters.release(req.key, audience);
     action

@@ -65,7 +65,7 @@ fn fetch_failed(error: FetchError) -> Response {
 /// The window to fetch for `plan` now: stream incarnation, range and cut.
 fn window(shard: &Shard, plan: &ReadPlan) -> Option<(u64, (u64, u64, Cut))> {
     let table = shard.table.borrow();
-    let stream = table.get_visible(&plan.key)?;
+    let stream = table.get_incarnation(&plan.key, plan.stream_id)?;
     Some((stream.id, read::fetch_span(stream, plan)))
 }
 
@@ -78,7 +78,7 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
         Err(e) => return fetch_failed(e),
     };
     let table = shard.table.borrow();
-    match table.get_visible(&plan.key).filter(|s| s.id == id) {
+    match table.get_incarnation(&plan.key, plan.stream_id) {
         Some(stream) => read::catch_up(if_none_match, stream, plan, cut, &fetched, clock::now_ms()),
         None => vanished(shard, &plan.key),
     }
@@ -87,7 +87,7 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
 /// The incarnation and end of a whole answer to `plan` (`protocol::whole`).
 fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64)> {
     let table = shard.table.borrow();
-    let stream = table.get_visible(&plan.key)?;
+    let stream = table.get_incarnation(&plan.key, plan.stream_id)?;
     whole::end(stream, plan).map(|end| (stream.id, end))
 }
 
@@ -105,8 +105,7 @@ async fn catch_up_whole(
     let started = {
         let table = shard.table.borrow();
         table
-            .get_visible(&plan.key)
-            .filter(|s| s.id == id)
+            .get_incarnation(&plan.key, plan.stream_id)
             .map(|stream| {
                 let now_ms = clock::now_ms();
                 let head = whole::head(if_none_match.as_deref(), stream, plan, end, now_ms);
@@ -154,8 +153,8 @@ async fn write_whole_body(
         let there = shard
             .table
             .borrow()
-            .get_visible(&plan.key)
-            .is_some_and(|s| s.id == id);
+            .get_incarnation(&plan.key, id)
+            .is_some();
         // A stopping shard ends the body unfinished too: the client resumes
         // from what it got instead of holding up the shutdown.
         if !there || shard.stopping.get() {
@@ -240,7 +239,7 @@ enum Poll {
 
 fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
     let table = shard.table.borrow();
-    let Some(stream) = table.get_visible(&plan.key) else {
+    let Some(stream) = table.get_incarnation(&plan.key, plan.stream_id) else {
         return Poll::Answer(vanished(shard, &plan.key));
     };
     if plan.start < stream.tail() {
@@ -376,7 +375,7 @@ async fn poll_data(
         },
     };
     let table = shard.table.borrow();
-    let Some(stream) = table.get_visible(&plan.key).filter(|s| s.id == id) else {
+    let Some(stream) = table.get_incarnation(&plan.key, plan.stream_id) else {
         return PollReply::Own(vanished(shard, &plan.key));
     };
     // A body rendered before retention passed its start is still exact,
@@ -402,7 +401,7 @@ async fn render_poll_body(
         .map_err(fetch_failed)?;
     let table = shard.table.borrow();
     let stream = table
-        .get_visible(&plan.key)
+        .get_incarnation(&plan.key, plan.stream_id)
         .filter(|s| s.id == key.id)
         .ok_or_else(|| vanished(shard, &plan.key))?;
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
@@ -422,10 +421,14 @@ async fn sse(
     plan: ReadPlan,
     keep: Persistence,
 ) -> bool {
-    let head = shard.table.borrow().get_visible(&plan.key).map(|stream| {
-        let ended = sse::closed_at_start(stream, &plan);
-        (read::sse_head(stream, &plan), ended)
-    });
+    let head = shard
+        .table
+        .borrow()
+        .get_incarnation(&plan.key, plan.stream_id)
+        .map(|stream| {
+            let ended = sse::closed_at_start(stream, &plan);
+            (read::sse_head(stream, &plan), ended)
+        });
     let Some((head, ended)) = head else {
         return respond(shard, socket, vanished(shard, &plan.key), keep, false).await;
     };
@@ -440,7 +443,7 @@ async fn sse(
         return false;
     }
     let _live = shard.metrics.subscriber(Mode::Sse);
-    let key = plan.key.clone();
+    let (key, id) = (plan.key.clone(), plan.stream_id);
     let audience = shard.waiters.join(&key);
     let cursor = SseCursor::new(plan, clock::now_ms());
     let ok = stream_events(shard, (socket, streamed), cursor, &audience).await;
@@ -450,7 +453,7 @@ async fn sse(
     let ended = shard
         .table
         .borrow()
-        .get_visible(&key)
+        .get_incarnation(&key, id)
         .is_none_or(|s| s.is_closed());
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive() && !ended
 }
@@ -467,7 +470,7 @@ async fn next_step(
     let now_ms = clock::now_ms();
     let (id, window, key) = {
         let table = shard.table.borrow();
-        let stream = table.get_visible(&cursor.plan.key)?;
+        let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
         let window = cursor.next_window(stream)?;
         (stream.id, window, cursor.step_key(stream, window, now_ms))
     };
@@ -480,7 +483,7 @@ async fn next_step(
         return Some(Err(()));
     };
     let table = shard.table.borrow();
-    let stream = table.get_visible(&cursor.plan.key).filter(|s| s.id == id)?;
+    let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
     // The fetch may have waited for the log: the key must still hold.
     let key = cursor.step_key(stream, window, now_ms);
     let step = cursor.emit(stream, cut, &fetched, now_ms);
@@ -548,7 +551,10 @@ async fn stream_events(
         }
         let now_ms = clock::now_ms();
         let step = cursor.idle(
-            shard.table.borrow().get_visible(&cursor.plan.key),
+            shard
+                .table
+                .borrow()
+                .get_incarnation(&cursor.plan.key, cursor.plan.stream_id),
             now_ms,
             timed_out,
         );

@@ -188,6 +188,11 @@ impl Table {
             .filter(|s| s.visible && !s.soft_deleted)
     }
 
+    /// `key`'s visible stream if it is still the incarnation `id`.
+    pub fn get_incarnation(&self, key: &str, id: u64) -> Option<&Stream> {
+        self.get_visible(key).filter(|s| s.id == id)
+    }
+
     pub fn len(&self) -> usize {
         self.streams.len()
     }
