@@ -138,9 +138,9 @@ main() {
   install_unit
   echo
   if [[ $DRY_RUN -eq 1 ]]; then
-    echo "Dry run done. After a real run, enable and start rill (listens on 0.0.0.0:4437):"
+    echo "Dry run done. After a real run, enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md "Exposure"):"
   else
-    echo "Installed. Enable and start rill (listens on 0.0.0.0:4437):"
+    echo "Installed. Enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md "Exposure"):"
   fi
   echo "    systemctl enable --now rill"
   echo "Status and logs:"

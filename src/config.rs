@@ -396,6 +396,23 @@ impl Config {
         if self.max_head_bytes < 1024 || self.max_headers < 8 {
             return Err("--max-head-bytes must be >= 1024 and --max-headers >= 8".into());
         }
+        // A zero budget would refuse every request of its kind while the
+        // server reports itself ready.
+        let budgets = [
+            ("--max-body-bytes", self.max_body_bytes),
+            ("--max-connections", self.max_connections as u64),
+            (
+                "--max-commit-queue-bytes",
+                self.max_commit_queue_bytes as u64,
+            ),
+            ("--max-snapshot-bytes", self.max_snapshot_bytes as u64),
+            ("--max-index-bytes", self.max_index_bytes),
+            ("--max-reply-bytes", self.max_reply_bytes),
+            ("--max-request-bytes", self.max_request_bytes),
+        ];
+        if let Some((flag, _)) = budgets.iter().find(|(_, value)| *value == 0) {
+            return Err(format!("{flag} must be positive"));
+        }
         if self.max_producer_id_bytes == 0 || self.max_producers_per_stream == 0 {
             return Err(
                 "--max-producer-id-bytes and --max-producers-per-stream must be positive".into(),
@@ -458,6 +475,12 @@ fn split_flags(args: &[String]) -> Result<Vec<(String, String)>, String> {
                 "unexpected argument {flag:?}; see rill serve --help"
             ));
         };
+        let name = flag.split_once('=').map_or(flag, |(name, _)| name);
+        // Known before its value is taken: `--bogus --cores 1` names the
+        // unknown option, not a stray "1".
+        if name != "config" && setting(name).is_none() {
+            return Err(format!("unknown option --{name}; see rill serve --help"));
+        }
         let (name, value) = match flag.split_once('=') {
             Some((name, value)) => (name, value.to_string()),
             None => {
@@ -532,6 +555,12 @@ mod tests {
     #[test]
     fn rejects_bad_flags() {
         assert!(Config::from_args(&args(&["--bogus"])).is_err());
+        let stray = Config::from_args(&args(&["--bogus", "--cores", "1"])).unwrap_err();
+        assert!(stray.starts_with("unknown option --bogus"), "{stray}");
+        for flag in ["--max-connections", "--max-index-bytes", "--max-body-bytes"] {
+            let zero = Config::from_args(&args(&[flag, "0"])).unwrap_err();
+            assert!(zero.contains(flag), "{zero}");
+        }
         assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());

@@ -59,7 +59,7 @@ fn unit_has_the_promised_settings() {
         ("CapabilityBoundingSet", ""),
         (
             "ExecStart",
-            "/usr/local/bin/rill serve --listen 0.0.0.0:4437 --data-dir /var/lib/rill",
+            "/usr/local/bin/rill serve --listen 127.0.0.1:4437 --data-dir /var/lib/rill",
         ),
     ];
     for (key, value) in expected {

@@ -113,7 +113,11 @@ fn an_sse_response_ends_when_its_stream_expires() {
     let ended = now_ms();
     assert!(ended >= at, "ended at the expiry, not before");
     // Within a keep-alive or so of it (the cleaner would reap it at 10 s).
-    assert!(ended < at + 3_000, "ended {} ms after the expiry", ended - at);
+    assert!(
+        ended < at + 3_000,
+        "ended {} ms after the expiry",
+        ended - at
+    );
 }
 
 #[test]

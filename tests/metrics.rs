@@ -315,7 +315,11 @@ fn health_live_and_ready() {
         let r = req(s.addr, "GET", path, &[], b"");
         assert_eq!(r.status, 200, "{path}: {}", r.text());
         assert_eq!(r.text(), r#"{"status":"ok"}"#, "{path}");
+        let r = req(s.addr, "POST", path, &[], b"");
+        assert_eq!(r.status, 405, "{path}: {}", r.text());
+        assert_eq!(r.header("allow"), Some("GET, HEAD, OPTIONS"));
     }
+    assert_eq!(req(s.addr, "DELETE", "/v1/metrics", &[], b"").status, 405);
     let health = [("route", "health"), ("status", "200")];
     let after = scrape(&s);
     assert_eq!(

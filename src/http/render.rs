@@ -35,6 +35,7 @@ pub fn reason(status: u16) -> &'static str {
         412 => "Precondition Failed",
         413 => "Content Too Large",
         414 => "URI Too Long",
+        415 => "Unsupported Media Type",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
@@ -233,7 +234,7 @@ mod tests {
         let sent = [
             100, 200, 201, 204, 304, 307, 400, 403, 404, 405, 408, 409, 410, 412,
         ];
-        let more = [413, 414, 429, 431, 500, 501, 503, 505, 507];
+        let more = [413, 414, 415, 429, 431, 500, 501, 503, 505, 507];
         for status in sent.into_iter().chain(more) {
             assert_ne!(reason(status), "Unknown", "{status}");
         }

@@ -110,6 +110,10 @@ pub async fn handle(
         ),
         Target::Bucket { bucket } => buckets::bucket_request(shard, head, &bucket).await,
         Target::BucketStreams { bucket } => buckets::list_request(shard, head, &bucket).await,
+        Target::Health | Target::Ready | Target::Metrics if !is_read(head) => {
+            Response::error(405, "method_not_allowed", "this resource takes GET or HEAD")
+                .header("allow", "GET, HEAD, OPTIONS")
+        }
         Target::Health => crate::health::live(),
         Target::Ready => crate::health::ready(),
         Target::Metrics => metrics::serve(shard).await,
@@ -208,6 +212,10 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
     }
     shard.waiters.release(req.key, audience);
     action
+}
+
+fn is_read(head: &RequestHead) -> bool {
+    matches!(head.method, Method::Get | Method::Head)
 }
 
 fn is_sequence_gap(action: &Action) -> bool {
