@@ -400,7 +400,7 @@ impl Config {
         // server reports itself ready.
         let budgets = [
             ("--max-body-bytes", self.max_body_bytes),
-            ("--max-connections", self.max_connections as u64),
+            ("--max-connections", self.max_connections),
             (
                 "--max-commit-queue-bytes",
                 self.max_commit_queue_bytes as u64,
