@@ -492,6 +492,9 @@ fn listing_pages_by_prefix_in_byte_order() {
         let q = format!("?limit={bad}");
         assert_error(&list(&s, bucket, &q), 400, &format!("limit={bad}"));
     }
+    for twice in ["?limit=1&limit=2", "?prefix=a&prefix=b", "?after=a&after=b"] {
+        assert_error(&list(&s, bucket, twice), 400, twice);
+    }
 }
 
 #[test]

@@ -35,6 +35,25 @@ fn a_bucket_whose_only_stream_is_a_soft_deleted_source_deletes() {
         410,
         "soft-deleted"
     );
+    // §4.2: 410 "for all client-facing operations", sub-resources too.
+    let json = [("Content-Type", "application/json")];
+    let offset = "0000000000000000_0000000000000003";
+    let subresources = [
+        ("GET", "/srcbk/src/bootstrap".to_string()),
+        ("GET", "/srcbk/src/snapshot".to_string()),
+        ("PUT", format!("/srcbk/src/snapshot/{offset}")),
+        ("PUT", format!("/srcbk/src/retention/{offset}")),
+        ("GET", "/srcbk/src/attrs".to_string()),
+        ("PUT", "/srcbk/src/attrs".to_string()),
+        ("POST", "/srcbk/src/append-batch".to_string()),
+    ];
+    for (method, path) in subresources {
+        assert_eq!(
+            status(&s, method, &path, &json, b"{}"),
+            410,
+            "{method} {path}"
+        );
+    }
 
     let bucket = req(s.addr, "GET", "/srcbk", &[], b"");
     assert!(

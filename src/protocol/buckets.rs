@@ -43,7 +43,8 @@ pub struct ListQuery {
 
 /// `prefix`, `after` (exclusive cursor) and `limit` in 1..=1000.
 pub fn list_query(head: &RequestHead) -> Result<ListQuery, Response> {
-    let limit = match head.query_param("limit") {
+    let once = |name| super::query_once(head, name);
+    let limit = match once("limit")? {
         None => DEFAULT_LIMIT,
         Some(text) => text
             .parse::<usize>()
@@ -52,8 +53,8 @@ pub fn list_query(head: &RequestHead) -> Result<ListQuery, Response> {
             .ok_or_else(|| bad_request("limit must be an integer in 1..=1000"))?,
     };
     Ok(ListQuery {
-        prefix: head.query_param("prefix").unwrap_or("").to_string(),
-        after: head.query_param("after").map(str::to_string),
+        prefix: once("prefix")?.unwrap_or("").to_string(),
+        after: once("after")?.map(str::to_string),
         limit,
     })
 }

@@ -65,15 +65,20 @@ impl<'a> Request<'a> {
 
     /// The one value of query parameter `name`, if given (twice is a 400).
     pub fn query_once(&self, name: &str) -> Result<Option<&'a str>, Response> {
-        let head: &'a RequestHead = self.head;
-        let mut values = head.query.iter().filter(|(k, _)| k == name);
-        let first = values.next().map(|(_, v)| v.as_str());
-        match values.next() {
-            Some(_) => Err(response::bad_request(&format!(
-                "{name} must be given at most once"
-            ))),
-            None => Ok(first),
-        }
+        query_once(self.head, name)
+    }
+}
+
+/// The one value of `head`'s query parameter `name`, if given (twice is a
+/// 400: which one counts would be a guess).
+pub fn query_once<'a>(head: &'a RequestHead, name: &str) -> Result<Option<&'a str>, Response> {
+    let mut values = head.query.iter().filter(|(k, _)| k == name);
+    let first = values.next().map(|(_, v)| v.as_str());
+    match values.next() {
+        Some(_) => Err(response::bad_request(&format!(
+            "{name} must be given at most once"
+        ))),
+        None => Ok(first),
     }
 }
 

@@ -46,8 +46,9 @@ pub struct ReadPlan {
     /// long-poll answers at once rather than wait there and then serve
     /// bytes before the offset asked for (§5.6 "bytes starting from").
     pub past_tail: bool,
-    /// The offset asked for was `now`: an answer is then no fixed range of
-    /// the stream, so it carries no ETag and is not cached (§10.1).
+    /// The start asked for moves with the tail (`offset=now`, `record=now`,
+    /// `tail_records=K`): an answer is then no fixed range of the stream
+    /// for that URL, so it carries no ETag and is not cached (§10.1).
     pub from_now: bool,
 }
 
@@ -82,7 +83,10 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Response> {
         max_bytes: max_bytes(req)?,
         records: record_start.map(|(_, view)| view),
         past_tail: past_tail && record_start.is_none(),
-        from_now: param == OffsetParam::Now && record_start.is_none(),
+        from_now: match record_start {
+            None => param == OffsetParam::Now,
+            Some((at, _)) => !matches!(at, records::RecordStart::At(_)),
+        },
     };
     match mode {
         LiveMode::CatchUp if param == OffsetParam::Now && plan.records.is_none() => {
@@ -355,7 +359,7 @@ pub fn catch_up(
         && !stream.is_closed();
     let cache = match at_tail_empty {
         true => "no-store".to_string(),
-        false => cache_control(stream, now_ms),
+        false => data_cache_control(stream, plan, now_ms),
     };
     validated(if_none_match, reply, cache)
 }
@@ -404,6 +408,15 @@ fn etag_matches(header: &str, tag: &str) -> bool {
 pub fn vanished(table: &Table, key: &str) -> Response {
     super::fork::soft_deleted_refusal(table, key, false)
         .unwrap_or_else(|| not_found("stream not found"))
+}
+
+/// Cache-Control of a 200 with data for `plan`: none when its start moves
+/// with the tail (`ReadPlan::from_now`).
+pub(super) fn data_cache_control(stream: &Stream, plan: &ReadPlan, now_ms: u64) -> String {
+    match plan.from_now {
+        true => "no-store".to_string(),
+        false => cache_control(stream, now_ms),
+    }
 }
 
 /// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
@@ -493,13 +506,9 @@ pub fn poll_head(
     }
     let cursor = cursor::next_cursor(plan.cursor.as_deref(), now_ms);
     let reply = data_head(stream, plan, end);
-    let cache = match plan.from_now {
-        true => "no-store".to_string(),
-        false => cache_control(stream, now_ms),
-    };
     Ok(reply
         .header("stream-cursor", cursor)
-        .header("cache-control", cache))
+        .header("cache-control", data_cache_control(stream, plan, now_ms)))
 }
 
 /// HEAD: metadata, never cached. `Stream-TTL` is, upstream (PROTOCOL.md

@@ -42,7 +42,7 @@ pub fn head(
         "a whole read has data"
     );
     let reply = read::data_head(stream, plan, end);
-    let cache = read::cache_control(stream, now_ms);
+    let cache = read::data_cache_control(stream, plan, now_ms);
     read::validated(if_none_match, reply, cache)
 }
 

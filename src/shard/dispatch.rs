@@ -38,6 +38,14 @@ pub async fn handle(
     if has_body && let Err(reply) = protocol::headers::check_content_encoding(head) {
         return respond(shard, socket, reply, keep, is_head).await;
     }
+    // PROTOCOL.md §4.2: a soft-deleted stream is 410 "for all client-facing
+    // operations", its extension sub-resources too.
+    if let Target::StreamExtension { key, .. } = &target {
+        let gone = protocol::fork::soft_deleted_refusal(&shard.table.borrow(), key, false);
+        if let Some(gone) = gone {
+            return respond(shard, socket, advertised(shard, key, gone), keep, is_head).await;
+        }
+    }
     let reply = match target {
         Target::Stream {
             surface,
