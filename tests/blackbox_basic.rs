@@ -413,6 +413,14 @@ fn two_hundred_headers_is_431() {
     head.push_str("\r\n");
     let _ = c.try_send_raw(head.as_bytes());
     assert_status(&mut c, 431, "200 header fields");
+    // RFC 9110 §9.3.2: the same refusal of a HEAD has no content.
+    let mut c = Conn::open(s.addr);
+    let _ = c.try_send_raw(head.replacen("GET", "HEAD", 1).as_bytes());
+    assert_eq!(c.read_response_for("HEAD").status, 431);
+    assert!(
+        c.is_closed_within(Duration::from_secs(5)),
+        "no body follows"
+    );
     assert_alive(&s);
 }
 

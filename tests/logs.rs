@@ -107,6 +107,12 @@ fn every_line_is_structured_and_requests_are_logged() {
     let ct = [("Content-Type", "text/plain")];
     assert_eq!(req(addr, "PUT", "/v1/stream/logged", &ct, b"x").status, 201);
     assert_eq!(req(addr, "GET", "/v1/stream/missing", &[], b"").status, 404);
+    // A request refused before its head parsed is logged too.
+    let mut garbage = std::net::TcpStream::connect(addr).unwrap();
+    std::io::Write::write_all(&mut garbage, b"\x16\x03\x01 not http\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = std::io::Read::read_to_string(&mut garbage, &mut answer);
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     let stderr = stop(child);
     assert!(!stderr.is_empty());
     for line in stderr.lines() {
@@ -125,6 +131,10 @@ fn every_line_is_structured_and_requests_are_logged() {
         .iter()
         .find(|l| l.contains("method=GET path=/v1/stream/missing status=404 us="));
     assert!(missing.is_some(), "{access:?}");
+    let unparsed = access
+        .iter()
+        .find(|l| l.contains("method=- path=- status=400 us="));
+    assert!(unparsed.is_some(), "{access:?}");
 }
 
 #[test]

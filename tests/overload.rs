@@ -104,6 +104,10 @@ fn connections_over_the_limit_get_503_and_are_closed() {
     for c in &mut held {
         assert_eq!(c.request("GET", "/v1/health", &[], b"").status, 200);
     }
+    // Counted where operators look (docs/METRICS.md).
+    let metrics = held[0].request("GET", "/v1/metrics", &[], b"").text();
+    let counted = r#"rill_http_requests_total{shard="0",route="other",status="503"} 1"#;
+    assert!(metrics.lines().any(|l| l == counted), "{metrics}");
     drop(held.pop());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {

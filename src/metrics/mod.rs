@@ -356,13 +356,18 @@ impl Metrics {
     pub fn finish_request(&self, fd: i32, route: Route) -> Option<u16> {
         let status = self.statuses.borrow_mut().remove(&fd);
         if let Some(status) = status {
-            *self
-                .requests
-                .borrow_mut()
-                .entry((route, status))
-                .or_default() += 1;
+            self.count_requests(route, status, 1);
         }
         status
+    }
+
+    /// Counts `n` responses of `status` to requests on `route`.
+    pub fn count_requests(&self, route: Route, status: u16, n: u64) {
+        *self
+            .requests
+            .borrow_mut()
+            .entry((route, status))
+            .or_default() += n;
     }
 
     /// Counts an open connection until the guard drops.

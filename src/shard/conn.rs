@@ -460,8 +460,17 @@ pub async fn serve(shard: Rc<Shard>, mut socket: TcpStream, mut buf: Vec<u8>, wa
             HeadRead::Head(head) => head,
             HeadRead::Closed => return,
             HeadRead::Fail(resp) => {
-                refuse(&shard, &mut socket, buf, resp).await;
-                shard.metrics.finish_request(fd, Route::Other);
+                let started = std::time::Instant::now();
+                // RFC 9110 §9.3.2: no content to a HEAD, even one refused
+                // before its head was whole (its request line says so).
+                let head_request = buf.starts_with(b"HEAD ");
+                drop(buf);
+                respond(&shard, &mut socket, resp, Persistence::Close, head_request).await;
+                log_unparsed(
+                    &shard,
+                    shard.metrics.finish_request(fd, Route::Other),
+                    started,
+                );
                 return linger_close(socket, &waiting).await;
             }
         };
@@ -510,6 +519,15 @@ fn finished(shard: &Shard, fd: i32, route: Route, head: &RequestHead, started: s
         let micros = started.elapsed().as_micros();
         let method = head.method.as_str();
         crate::logging::access(shard.index, method, &head.raw_path, status, micros);
+    }
+}
+
+/// With `--access-log true`, logs the answer to a request whose head could
+/// not be parsed (method and path `-`); it is counted already.
+fn log_unparsed(shard: &Shard, status: Option<u16>, started: std::time::Instant) {
+    if let (true, Some(status)) = (shard.config.access_log, status) {
+        let micros = started.elapsed().as_micros();
+        crate::logging::access(shard.index, "-", "-", status, micros);
     }
 }
 

@@ -404,6 +404,21 @@ fn at_limit() -> crate::protocol::Response {
     )
 }
 
+/// Counts `n` connections refused at the connection limit (their request
+/// unread) in `rill_http_requests_total` and, with `--access-log true`,
+/// logs them (method and path `-`).
+fn refused(shard: &Shard, n: u64) {
+    if n == 0 {
+        return;
+    }
+    shard
+        .metrics
+        .count_requests(crate::metrics::Route::Other, 503, n);
+    if shard.config.access_log {
+        (0..n).for_each(|_| crate::logging::access(shard.index, "-", "-", 503, 0));
+    }
+}
+
 /// A connection handed over after this shard closed its log at shutdown.
 pub(super) fn stopped() -> crate::protocol::Response {
     crate::protocol::response::retry_soon("shutting_down", "this server is stopping; retry shortly")
@@ -451,6 +466,7 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                     shard.metrics.add(crate::metrics::Counter::Accepted, 1);
                     let _ = socket.set_nodelay(true);
                     if conns.at_limit(&shard) {
+                        refused(&shard, 1);
                         monoio::spawn(refuse(socket, at_limit()));
                         continue;
                     }
@@ -462,7 +478,8 @@ async fn accept_loop(shard: Rc<Shard>, listener: monoio::net::TcpListener, conns
                     if super::fd_spare::out_of_descriptors(&e) {
                         use std::os::fd::AsRawFd;
                         let refuse = |socket| refuse_at_once(socket, &at_limit());
-                        spare.refuse_waiting(listener.as_raw_fd(), refuse);
+                        let n = spare.refuse_waiting(listener.as_raw_fd(), refuse);
+                        refused(&shard, n as u64);
                     }
                     // EMFILE and friends: back off instead of spinning.
                     if last_logged.is_none_or(|at| at.elapsed() >= ACCEPT_ERROR_LOG_EVERY) {
@@ -498,6 +515,7 @@ async fn inbox_loop(shard: Rc<Shard>, inbox: Rc<flume::Receiver<MeshMsg>>, conns
                 // The limit holds for connections handed over too: else a
                 // busy stream's shard gathers them past it.
                 Ok(socket) if conns.at_limit(&shard) => {
+                    refused(&shard, 1);
                     monoio::spawn(refuse(socket, at_limit()));
                 }
                 Ok(socket) => conns.spawn(&shard, socket, buffered),
