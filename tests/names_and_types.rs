@@ -2,7 +2,8 @@
 //! name however it is percent-encoded and the `/v1` prefix as a bucket
 //! (extensions §1.1-§1.2), content types that match or conflict (PROTOCOL.md
 //! §5.1-§5.2, extensions §4.1), a snapshot repeat whose media type is
-//! spelled in another case (extensions §2.2), and single-valued protocol
+//! spelled in another case (extensions §2.2), malformed media type
+//! parameters (RFC 9110 §8.3.1), and single-valued protocol
 //! headers sent twice (RFC 9110 §5.3).
 
 mod common;
@@ -80,6 +81,21 @@ fn different_charsets_conflict_and_a_missing_one_matches() {
     let frame = [0, 0, 0, 1, b'z'];
     let latin1 = [("Content-Type", "text/plain; charset=latin1")];
     assert_eq!(req(s.addr, "POST", &batch, &latin1, &frame).status, 409);
+}
+
+/// RFC 9110 §8.3.1: a parameter is `name=value`; a malformed one makes the
+/// whole Content-Type invalid (400), never the stream's echoed type.
+#[test]
+fn a_content_type_with_a_malformed_parameter_is_400() {
+    let s = server();
+    for bad in ["text/plain; charset", "text/plain; =x", "text/plain; a=b c"] {
+        let path = "/v1/stream/names-malformed";
+        let r = req(s.addr, "PUT", path, &[("Content-Type", bad)], b"");
+        assert_eq!(r.status, 400, "{bad}: {}", r.text());
+    }
+    let quoted = [("Content-Type", r#"text/plain; title="a; b""#)];
+    let r = req(s.addr, "PUT", &format!("/{BUCKET}/quoted"), &quoted, b"");
+    assert_eq!(r.status, 201, "{}", r.text());
 }
 
 #[test]

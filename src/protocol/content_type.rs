@@ -76,15 +76,63 @@ pub fn is_sse_text(content_type: &str) -> bool {
     e.starts_with("text/") || e == "application/json"
 }
 
-/// `type/subtype` with RFC 9110 token characters on both sides.
+/// `type/subtype` with RFC 9110 token characters on both sides, and
+/// parameters of RFC 9110 §8.3.1's grammar: `; name=value`, the name a
+/// token, the value a token or a quoted-string.
 pub fn is_valid(content_type: &str) -> bool {
     let e = essence(content_type);
-    let token = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
-    };
-    matches!(e.split_once('/'), Some((t, s)) if token(t) && token(s))
+    let parameters = content_type.split_once(';').map_or("", |(_, rest)| rest);
+    matches!(e.split_once('/'), Some((t, s)) if is_token(t) && is_token(s))
+        && parameters_valid(&format!(";{parameters}"))
+}
+
+fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(is_tchar)
+}
+
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// `*( OWS ";" OWS [ parameter ] )` (RFC 9110 §5.6.6).
+fn parameters_valid(mut rest: &str) -> bool {
+    let ows = [' ', '\t'];
+    loop {
+        rest = rest.trim_start_matches(ows);
+        let Some(after) = rest.strip_prefix(';') else {
+            return rest.is_empty();
+        };
+        rest = after.trim_start_matches(ows);
+        if rest.is_empty() || rest.starts_with(';') {
+            continue;
+        }
+        let Some((name, value)) = rest.split_once('=') else {
+            return false;
+        };
+        match (is_token(name), value_len(value)) {
+            (true, Some(len)) => rest = &value[len..],
+            _ => return false,
+        }
+    }
+}
+
+/// The length of the token or quoted-string that starts `value`.
+fn value_len(value: &str) -> Option<usize> {
+    let bytes = value.as_bytes();
+    if bytes.first() != Some(&b'"') {
+        let len = bytes.iter().take_while(|&&b| is_tchar(b)).count();
+        return (len > 0).then_some(len);
+    }
+    let mut i = 1;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => return Some(i + 1),
+            b'\\' => i += 2,
+            b if b == b'\t' || b >= 0x20 && b != 0x7f => i += 1,
+            _ => return None,
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -128,5 +176,30 @@ mod tests {
         assert!(is_json("application/json;charset=UTF-8"));
         assert!(is_sse_text("text/plain") && !is_sse_text("application/octet-stream"));
         assert!(is_valid("application/vnd.x+json") && !is_valid("nonsense") && !is_valid("a/"));
+    }
+
+    #[test]
+    fn parameters_follow_rfc_9110() {
+        let good = [
+            "text/plain;charset=utf-8",
+            "text/plain ; charset=utf-8 ;",
+            "text/plain;;a=b",
+            r#"text/plain; title="a; \"quoted\" b"; x=y"#,
+        ];
+        for ct in good {
+            assert!(is_valid(ct), "{ct}");
+        }
+        let bad = [
+            "text/plain; charset",
+            "text/plain; =x",
+            "text/plain; a=",
+            "text/plain; a=b c",
+            "text/plain; a b=c",
+            r#"text/plain; a="unterminated"#,
+            "text/plain; a=\"\u{1}\"",
+        ];
+        for ct in bad {
+            assert!(!is_valid(ct), "{ct}");
+        }
     }
 }
