@@ -65,13 +65,22 @@ fn a_long_poll_of_an_expired_stream_is_not_served_its_successor() {
 }
 
 #[test]
-fn a_long_poll_that_outlives_its_streams_expiry_is_404() {
-    let s = Server::start(&["--long-poll-timeout-ms", "1500"]);
+fn a_long_poll_is_answered_404_when_its_stream_expires() {
+    // No cleaner pass (which reaps expired streams) within the test.
+    let s = Server::start(&[
+        "--long-poll-timeout-ms",
+        "30000",
+        "--clean-interval-ms",
+        "60000",
+    ]);
     let path = new_stream_path();
-    let (_, tail) = create_expiring(&s, &path, 500);
+    let (at, tail) = create_expiring(&s, &path, 500);
     let mut waiting = Conn::waiting_get(s.addr, &format!("{path}?offset={tail}&live=long-poll"));
     let r = waiting.read_response();
     assert_eq!(r.status, 404, "not 204 up to date: {:?}", r.headers);
+    let answered = now_ms();
+    assert!(answered >= at, "not before the expiry");
+    assert!(answered < at + 5_000, "at the expiry, not the timeout");
 }
 
 #[test]
@@ -99,7 +108,7 @@ fn an_sse_reader_of_an_expired_stream_is_not_served_its_successor() {
 
 #[test]
 fn an_sse_response_ends_when_its_stream_expires() {
-    let s = Server::start(&["--long-poll-timeout-ms", "300"]);
+    let s = Server::start(&["--long-poll-timeout-ms", "30000"]);
     let path = new_stream_path();
     let (at, _) = create_expiring(&s, &path, 800);
     let mut sse = Sse::open(s.addr, &format!("{path}?offset=-1&live=sse"));
@@ -112,11 +121,15 @@ fn an_sse_response_ends_when_its_stream_expires() {
     }
     let ended = now_ms();
     assert!(ended >= at, "ended at the expiry, not before");
-    // Within a keep-alive or so of it (the cleaner would reap it at 10 s).
+    // Then, not at the next keep-alive (the cleaner would reap it at 10 s).
     assert!(
         ended < at + 3_000,
         "ended {} ms after the expiry",
         ended - at
+    );
+    assert!(
+        sse.server_closes(Duration::from_secs(5)),
+        "the connection closes"
     );
 }
 

@@ -199,7 +199,12 @@ pub async fn create(
             "the sub-offset prefix and the body together exceed --max-body-bytes",
         );
     }
-    let now_ms = shard.table.borrow().create_stamp(req.key, req.now_ms);
+    // Stamped now, not when the request arrived: the plan's wait may have
+    // let another create of the key in (and a TTL counts from here).
+    let now_ms = shard
+        .table
+        .borrow()
+        .create_stamp(req.key, crate::clock::now_ms());
     shard.table.borrow_mut().reserve_stamp(req.key, now_ms);
     let id = incarnation_id(req.key, now_ms);
     let json = crate::protocol::content_type::is_json(&config.content_type);
@@ -256,8 +261,12 @@ pub async fn create(
         first_record: plan.first_record,
         snapshot: plan.snapshot.clone().map(Box::new),
     };
-    match shard.submit(vec![command]).await {
-        Ok(()) => created(shard, req, plan.anchor),
+    // Submitting applies it: the 201 describes this incarnation, built
+    // before the wait for the disk lets anything else change the key.
+    let ticket = shard.submit(vec![command]);
+    let reply = created(shard, req, plan.anchor);
+    match ticket.await {
+        Ok(()) => reply,
         Err(e) => e.response(),
     }
 }
@@ -360,8 +369,9 @@ async fn copy(
 /// The 201 of a new fork, with its record range on JSON streams.
 fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
     let table = shard.table.borrow();
+    // Absent only when the submit failed (its ticket says how).
     let Some(stream) = table.get(req.key) else {
-        return not_found("the fork was deleted meanwhile");
+        return not_found("stream not found");
     };
     let reply = Response::new(201)
         .header("location", crate::protocol::create::location(req))

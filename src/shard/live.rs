@@ -302,7 +302,9 @@ async fn wait_for_reply(
     plan: &ReadPlan,
     audience: &Audience,
 ) -> Option<PollReply> {
-    let deadline = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
+    let timeout = Instant::now() + Duration::from_millis(shard.config.long_poll_timeout_ms);
+    // An expiry first answers then (404, PROTOCOL.md §5.1).
+    let deadline = expiry(shard, plan).map_or(timeout, |at| at.min(timeout));
     let mut timed_out = false;
     let mut gone = std::pin::pin!(peer_closed(socket));
     let signal = &audience.signal;
@@ -322,6 +324,17 @@ async fn wait_for_reply(
             () = &mut gone => return None,
         }
     }
+}
+
+/// When `plan`'s stream has passed its `Stream-Expires-At`, if it has one
+/// (a millisecond after it: the wall clock must agree when it wakes).
+fn expiry(shard: &Shard, plan: &ReadPlan) -> Option<Instant> {
+    let table = shard.table.borrow();
+    let at_ms = table
+        .get_incarnation(&plan.key, plan.stream_id)?
+        .expires_at_ms?;
+    let left = at_ms.saturating_sub(clock::now_ms()) + 1;
+    Some(Instant::now() + Duration::from_millis(left))
 }
 
 /// Completes once the peer closed or reset the connection; never, once it
@@ -454,7 +467,7 @@ async fn sse(
         .table
         .borrow()
         .get_incarnation(&key, id)
-        .is_none_or(|s| s.is_closed());
+        .is_none_or(|s| s.is_closed() || s.past_expires_at(clock::now_ms()));
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive() && !ended
 }
 
@@ -471,6 +484,10 @@ async fn next_step(
     let (id, window, key) = {
         let table = shard.table.borrow();
         let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
+        // Expired, it is gone: what is left unsent is not served (§5.1).
+        if stream.past_expires_at(now_ms) {
+            return None;
+        }
         let window = cursor.next_window(stream)?;
         (stream.id, window, cursor.step_key(stream, window, now_ms))
     };
@@ -542,6 +559,7 @@ async fn stream_events(
 ) -> bool {
     let cycle_end = Instant::now() + Duration::from_millis(shard.config.sse_cycle_ms);
     let keepalive = keepalive_every(shard, &cursor.plan.key);
+    let mut expires = expiry(shard, &cursor.plan);
     let signal = &audience.signal;
     let mut timed_out = false;
     loop {
@@ -566,6 +584,10 @@ async fn stream_events(
             return true;
         }
         let wake_at = cycle_end.min(Instant::now() + keepalive);
+        let wake_at = expires.map_or(wake_at, |at| wake_at.min(at));
+        // Woken by the expiry once: never again (no spin should the wall
+        // clock lag behind the timer).
+        expires = expires.filter(|&at| at > Instant::now());
         timed_out = monoio::time::timeout_at(wake_at.into(), signal.changed(seen))
             .await
             .is_err();

@@ -150,12 +150,19 @@ fn decide(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Decided {
 }
 
 async fn publish(shard: &Shard, req: &Request<'_>, at: Option<&str>) -> Response {
+    // The incarnation first decided on: a publish never lands on a stream
+    // created at the key after that one was deleted or expired.
+    let mut bound = None;
     loop {
         let (id, snap) = match decide(shard, req, at) {
             Decided::Refused(reply) => return reply,
             Decided::Repeat(reply) => return shard.when_committed(reply).await,
+            Decided::Write(id, _) if bound.is_some_and(|first| first != id) => {
+                return not_found("stream not found");
+            }
             Decided::Write(id, snap) => (id, snap),
         };
+        bound = Some(id);
         // One publish at a time per stream and offset: another waits for
         // the first to end, then is decided again (a repeat of it, or a
         // conflict with it, §2.2), and never rewrites its blob.

@@ -106,11 +106,15 @@ impl Table {
     }
 
     /// The creation time to stamp on a new incarnation of `key` decided at
-    /// `now_ms`: later than its deleted predecessor's, so their ids differ.
-    /// The command carries it, so recovery derives the same id.
+    /// `now_ms`: later than its deleted predecessor's and than the stream
+    /// the key holds now (an expired one a create replaces, or one created
+    /// while a fork of the key copied), so their ids differ. The command
+    /// carries it, so recovery derives the same id.
     pub fn create_stamp(&self, key: &str, now_ms: u64) -> u64 {
-        match self.retired.get(key) {
-            Some(&previous) if previous >= now_ms => previous + 1,
+        let retired = self.retired.get(key).copied();
+        let live = self.streams.get(key).map(|s| s.created_at_ms);
+        match retired.max(live) {
+            Some(previous) if previous >= now_ms => previous + 1,
             _ => now_ms,
         }
     }

@@ -127,6 +127,17 @@ fn a_re_create_in_its_predecessors_millisecond_is_stamped_later() {
 }
 
 #[test]
+fn a_create_over_a_live_or_expired_stream_of_the_same_millisecond_is_stamped_later() {
+    let mut table = Table::default();
+    table.apply(create("k", b"a"));
+    let live = table.get("k").unwrap().created_at_ms;
+    // A fork decided in that millisecond (the stream created while it
+    // copied), or a create replacing it once expired, gets another id.
+    assert_eq!(table.create_stamp("k", live), live + 1);
+    assert_eq!(table.create_stamp("k", live + 3), live + 3);
+}
+
+#[test]
 fn a_reservation_outlives_many_deletes_of_old_streams() {
     let mut table = Table::default();
     table.reserve_stamp("fork", 1_000_000);
