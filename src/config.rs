@@ -413,6 +413,17 @@ impl Config {
         if let Some((flag, _)) = budgets.iter().find(|(_, value)| *value == 0) {
             return Err(format!("{flag} must be positive"));
         }
+        // These are shared out among the shards: each needs a share.
+        let shared = [
+            ("--max-index-bytes", self.max_index_bytes),
+            ("--max-reply-bytes", self.max_reply_bytes),
+            ("--max-request-bytes", self.max_request_bytes),
+        ];
+        if let Some((flag, _)) = shared.iter().find(|(_, v)| *v < self.cores as u64) {
+            return Err(format!(
+                "{flag} must be at least --cores (a share per shard)"
+            ));
+        }
         if self.max_producer_id_bytes == 0 || self.max_producers_per_stream == 0 {
             return Err(
                 "--max-producer-id-bytes and --max-producers-per-stream must be positive".into(),
@@ -561,6 +572,12 @@ mod tests {
             let zero = Config::from_args(&args(&[flag, "0"])).unwrap_err();
             assert!(zero.contains(flag), "{zero}");
         }
+        let unshared = args(&["--max-request-bytes", "3", "--cores", "4"]);
+        assert!(
+            Config::from_args(&unshared)
+                .unwrap_err()
+                .contains("a share per shard")
+        );
         assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());

@@ -264,7 +264,9 @@ async fn long_poll(
     let reply = reply.map(|reply| not_modified(reply, if_none_match.as_deref()));
     shard.waiters.release(&plan.key, audience);
     drop(waiting);
-    shard.touch(&plan.key, clock::now_ms()).await;
+    shard
+        .touch_incarnation(&plan.key, plan.stream_id, clock::now_ms())
+        .await;
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
@@ -576,7 +578,8 @@ async fn stream_events(
             now_ms,
             timed_out,
         );
-        shard.touch(&cursor.plan.key, now_ms).await;
+        let (key, id) = (&cursor.plan.key, cursor.plan.stream_id);
+        shard.touch_incarnation(key, id, now_ms).await;
         if !send_piece(socket, streamed, &step.bytes).await {
             return false;
         }

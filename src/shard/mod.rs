@@ -247,6 +247,15 @@ impl Shard {
         }
     }
 
+    /// `touch` by a read that waited on incarnation `id`: nothing when the
+    /// key holds another stream now (an old reader keeps no new one alive).
+    pub async fn touch_incarnation(&self, key: &str, id: u64, now_ms: u64) {
+        let same = self.table.borrow().get(key).is_some_and(|s| s.id == id);
+        if same {
+            self.touch(key, now_ms).await;
+        }
+    }
+
     /// `touch` without the wait: slides `key`'s window to `now_ms` and
     /// returns the ticket of the access record that covers it, if any.
     fn slide(&self, key: &str, now_ms: u64) -> Option<Ticket> {
