@@ -73,6 +73,7 @@ impl DataDir {
             _lock: lock,
             shards,
         };
+        data.wait_for_predecessor()?;
         data.remove_stale_shards()?;
         Ok(data)
     }
@@ -87,6 +88,18 @@ impl DataDir {
         write_meta(&self.root, shards)?;
         self.shards = Some(shards);
         self.remove_stale_shards()
+    }
+
+    /// Waits for the writes a killed predecessor left in flight: the LOCK
+    /// is free once it is reaped, its io_uring writes may land later
+    /// (`log::handover`).
+    fn wait_for_predecessor(&self) -> Result<(), String> {
+        for index in 0..256 {
+            let dir = self.shard_dir(index);
+            crate::log::handover::wait_for_writers(&dir)
+                .map_err(|e| format!("cannot take over {}: {e}", dir.display()))?;
+        }
+        Ok(())
     }
 
     /// Shard dirs past the recorded count are leftovers of an interrupted

@@ -6,6 +6,7 @@ pub mod aligned;
 pub mod appender;
 pub mod faulty;
 pub mod format;
+pub mod handover;
 pub mod recovery;
 pub mod storage;
 

@@ -240,6 +240,9 @@ impl DirectStorage {
             .truncate(create)
             .custom_flags(direct | dsync)
             .open(path)?;
+        // Held while this descriptor or an I/O on it lives, so a process
+        // taking over after this one dies waits for its last write.
+        super::handover::hold_shared(&std_file);
         Ok(DirectFile {
             file: monoio::fs::File::from_std(std_file)?,
             write_through,
@@ -451,6 +454,32 @@ mod tests {
             .collect();
         names.sort();
         names
+    }
+
+    #[test]
+    fn an_open_segment_is_held_against_a_takeover() {
+        let tmp = TempDir::new("held");
+        run(async {
+            let storage = DirectStorage::new(&tmp.0).unwrap();
+            storage.preallocate(1, BLOCK as u64).await.unwrap();
+            let file = storage.open(1).await.unwrap();
+            let other = std::fs::File::open(storage.path(1)).unwrap();
+            // SAFETY: flock on a descriptor this test owns.
+            let rc = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            assert_ne!(rc, 0, "a takeover must wait while the segment is open");
+            drop(file);
+            // monoio closes a dropped file through the ring: soon, not now.
+            let mut rc = -1;
+            for _ in 0..500 {
+                monoio::time::sleep(std::time::Duration::from_millis(2)).await;
+                // SAFETY: as above.
+                rc = unsafe { libc::flock(other.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+                if rc == 0 {
+                    break;
+                }
+            }
+            assert_eq!(rc, 0, "and may go on once it is closed");
+        });
     }
 
     #[test]

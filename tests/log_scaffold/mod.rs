@@ -210,6 +210,12 @@ pub fn append(
             assert_eq!(after.pos - start.pos, batch.len() as u64);
             spans.push((start, after));
         }
+        // monoio closes a dropped file through the ring: let it happen
+        // before the runtime goes. A leaked descriptor would keep its
+        // segment's lock, and `rill repair` of this dir would wait for it
+        // as for a dead server's writes (`log::handover`).
+        drop(appender);
+        monoio::time::sleep(std::time::Duration::from_millis(20)).await;
         spans
     })
 }
