@@ -472,24 +472,37 @@ pub fn collect(shard: &Rc<Shard>, key: String, id: u64) {
 /// up the chain: a fork's DELETE answers once every source it held is gone.
 async fn collect_now(shard: &Shard, key: &str, id: u64) {
     // One collection of a source at a time (a delete's nudge and a client's
-    // settle race): a later asker waits for it, and the chain it settles.
-    let waiting = {
-        let mut running = shard.fork_collections.borrow_mut();
-        match running.get_mut(&id) {
-            Some(waiters) => {
-                let (done, finished) = flume::bounded(1);
-                waiters.push(done);
-                Some(finished)
+    // settle race): a later asker waits for it, and the chain it settles,
+    // then checks again itself: what it was asked for (a lease that ended,
+    // a fork deleted) may have come after the running one counted forks.
+    let mut waited = false;
+    loop {
+        let waiting = {
+            let mut running = shard.fork_collections.borrow_mut();
+            match running.get_mut(&id) {
+                Some(waiters) => {
+                    let (done, finished) = flume::bounded(1);
+                    waiters.push(done);
+                    Some(finished)
+                }
+                None => {
+                    running.insert(id, Vec::new());
+                    None
+                }
             }
-            None => {
-                running.insert(id, Vec::new());
-                None
+        };
+        match waiting {
+            Some(finished) if !waited => {
+                let _ = finished.recv_async().await;
+                waited = true;
             }
+            // Waited once already: the collection after ours counts anew.
+            Some(finished) => {
+                let _ = finished.recv_async().await;
+                return;
+            }
+            None => break,
         }
-    };
-    if let Some(finished) = waiting {
-        let _ = finished.recv_async().await;
-        return;
     }
     let _running = Collecting { shard, id };
     collect_alone(shard, key, id).await;
