@@ -38,8 +38,8 @@ pub async fn serve(
 ) -> bool {
     match plan.mode {
         LiveMode::CatchUp => {
-            if let Some(whole) = whole_end(shard, &plan) {
-                return catch_up_whole(shard, socket, &plan, whole, (if_none_match, keep)).await;
+            if let Some(end) = whole_end(shard, &plan) {
+                return catch_up_whole(shard, socket, &plan, end, (if_none_match, keep)).await;
             }
             let reply = catch_up(shard, &plan, if_none_match.as_deref()).await;
             respond(shard, socket, reply, keep, false).await
@@ -62,18 +62,18 @@ fn fetch_failed(error: FetchError) -> Response {
     }
 }
 
-/// The window to fetch for `plan` now: stream incarnation, range and cut.
-fn window(shard: &Shard, plan: &ReadPlan) -> Option<(u64, (u64, u64, Cut))> {
+/// The window to fetch for `plan` now: range and cut.
+fn window(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64, Cut)> {
     let table = shard.table.borrow();
     let stream = table.get_incarnation(&plan.key, plan.stream_id)?;
-    Some((stream.id, read::fetch_span(stream, plan)))
+    Some(read::fetch_span(stream, plan))
 }
 
 async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -> Response {
-    let Some((id, (start, end, cut))) = window(shard, plan) else {
+    let Some((start, end, cut)) = window(shard, plan) else {
         return vanished(shard, &plan.key);
     };
-    let fetched = match store::fetch(shard, &plan.key, id, start, end).await {
+    let fetched = match store::fetch(shard, &plan.key, plan.stream_id, start, end).await {
         Ok(bytes) => bytes,
         Err(e) => return fetch_failed(e),
     };
@@ -84,11 +84,11 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
     }
 }
 
-/// The incarnation and end of a whole answer to `plan` (`protocol::whole`).
-fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<(u64, u64)> {
+/// The end of a whole answer to `plan` (`protocol::whole`).
+fn whole_end(shard: &Shard, plan: &ReadPlan) -> Option<u64> {
     let table = shard.table.borrow();
     let stream = table.get_incarnation(&plan.key, plan.stream_id)?;
-    whole::end(stream, plan).map(|end| (stream.id, end))
+    whole::end(stream, plan)
 }
 
 /// A catch-up answered whole (`protocol::whole`): the head with the body's
@@ -99,7 +99,7 @@ async fn catch_up_whole(
     shard: &Shard,
     socket: &mut TcpStream,
     plan: &ReadPlan,
-    (id, end): (u64, u64),
+    end: u64,
     (if_none_match, keep): (Option<String>, Persistence),
 ) -> bool {
     let started = {
@@ -124,7 +124,7 @@ async fn catch_up_whole(
         return respond(shard, socket, super::replies::busy(), keep, false).await;
     };
     // The announced length is served whole, whatever retention does.
-    let pin = store::ReadPin::new(shard, &plan.key, id, plan.start);
+    let pin = store::ReadPin::new(shard, &plan.key, plan.stream_id, plan.start);
     responding(shard, socket, head.status);
     let length = body.len(plan.start, end);
     let mut out = Vec::new();
@@ -233,7 +233,7 @@ async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool
 /// What a long-poll should do next.
 enum Poll {
     Answer(Response),
-    Fetch(u64, (u64, u64, Cut)),
+    Fetch((u64, u64, Cut)),
     Wait,
 }
 
@@ -243,7 +243,7 @@ fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
         return Poll::Answer(vanished(shard, &plan.key));
     };
     if plan.start < stream.tail() {
-        return Poll::Fetch(stream.id, read::fetch_span(stream, plan));
+        return Poll::Fetch(read::fetch_span(stream, plan));
     }
     let give_up = timed_out || shard.stopping.get() || plan.past_tail;
     match read::poll_empty(plan, stream, clock::now_ms(), give_up) {
@@ -314,8 +314,8 @@ async fn wait_for_reply(
         let seen = signal.generation();
         match poll_once(shard, plan, timed_out) {
             Poll::Answer(reply) => return Some(PollReply::Own(reply)),
-            Poll::Fetch(id, window) => {
-                return Some(poll_data(shard, plan, (id, window), audience).await);
+            Poll::Fetch(window) => {
+                return Some(poll_data(shard, plan, window, audience).await);
             }
             Poll::Wait => {}
         }
@@ -370,12 +370,12 @@ async fn peer_closed(socket: &TcpStream) {
 async fn poll_data(
     shard: &Shard,
     plan: &ReadPlan,
-    (id, (start, fetch_end, cut)): (u64, (u64, u64, Cut)),
+    (start, fetch_end, cut): (u64, u64, Cut),
     audience: &Audience,
 ) -> PollReply {
     let (surface, records) = (plan.surface, plan.records);
     let key = BodyKey {
-        id,
+        id: plan.stream_id,
         start,
         fetch_end,
         cut,
@@ -417,7 +417,6 @@ async fn render_poll_body(
     let table = shard.table.borrow();
     let stream = table
         .get_incarnation(&plan.key, plan.stream_id)
-        .filter(|s| s.id == key.id)
         .ok_or_else(|| vanished(shard, &plan.key))?;
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
     let lease = shard.lease_counted_reply(body.len())?;
@@ -483,7 +482,7 @@ async fn next_step(
     audience: &Audience,
 ) -> Option<Result<Rc<SharedStep>, ()>> {
     let now_ms = clock::now_ms();
-    let (id, window, key) = {
+    let (window, key) = {
         let table = shard.table.borrow();
         let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
         // Expired, it is gone: what is left unsent is not served (§5.1).
@@ -491,13 +490,14 @@ async fn next_step(
             return None;
         }
         let window = cursor.next_window(stream)?;
-        (stream.id, window, cursor.step_key(stream, window, now_ms))
+        (window, cursor.step_key(stream, window, now_ms))
     };
     if let Some(step) = audience.step(&key) {
         cursor.follow(&step.after);
         return Some(Ok(step));
     }
     let (start, end, cut) = window;
+    let id = cursor.plan.stream_id;
     let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
         return Some(Err(()));
     };
