@@ -475,37 +475,33 @@ async fn collect_now(shard: &Shard, key: &str, id: u64) {
     // settle race): a later asker waits for it, and the chain it settles,
     // then checks again itself: what it was asked for (a lease that ended,
     // a fork deleted) may have come after the running one counted forks.
-    let mut waited = false;
-    loop {
-        let waiting = {
-            let mut running = shard.fork_collections.borrow_mut();
-            match running.get_mut(&id) {
-                Some(waiters) => {
-                    let (done, finished) = flume::bounded(1);
-                    waiters.push(done);
-                    Some(finished)
-                }
-                None => {
-                    running.insert(id, Vec::new());
-                    None
-                }
-            }
-        };
-        match waiting {
-            Some(finished) if !waited => {
-                let _ = finished.recv_async().await;
-                waited = true;
-            }
-            // Waited once already: the collection after ours counts anew.
-            Some(finished) => {
-                let _ = finished.recv_async().await;
-                return;
-            }
-            None => break,
+    if let Some(running) = join_collection(shard, id) {
+        let _ = running.recv_async().await;
+        if let Some(after_ours) = join_collection(shard, id) {
+            // Started after the one waited for ended: it counts anew.
+            let _ = after_ours.recv_async().await;
+            return;
         }
     }
     let _running = Collecting { shard, id };
     collect_alone(shard, key, id).await;
+}
+
+/// Joins the collection of source incarnation `id` in progress (the
+/// receiver completes when it ends), or claims it for the caller (`None`).
+fn join_collection(shard: &Shard, id: u64) -> Option<flume::Receiver<()>> {
+    let mut running = shard.fork_collections.borrow_mut();
+    match running.get_mut(&id) {
+        Some(waiters) => {
+            let (done, finished) = flume::bounded(1);
+            waiters.push(done);
+            Some(finished)
+        }
+        None => {
+            running.insert(id, Vec::new());
+            None
+        }
+    }
 }
 
 /// A collection of source incarnation `id` in progress; its end (however
