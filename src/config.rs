@@ -298,8 +298,7 @@ impl Config {
             None => Config::default(),
         };
         for (name, value) in flags.iter().filter(|(name, _)| name != "config") {
-            let setting = setting(name)
-                .ok_or_else(|| format!("unknown option --{name}; see rill serve --help"))?;
+            let setting = setting(name).expect("split_flags refuses unknown options");
             (setting.set)(&mut config, value)?;
         }
         config.validate()?;
@@ -486,20 +485,20 @@ fn split_flags(args: &[String]) -> Result<Vec<(String, String)>, String> {
                 "unexpected argument {flag:?}; see rill serve --help"
             ));
         };
-        let name = flag.split_once('=').map_or(flag, |(name, _)| name);
+        let (name, inline) = match flag.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (flag, None),
+        };
         // Known before its value is taken: `--bogus --cores 1` names the
         // unknown option, not a stray "1".
         if name != "config" && setting(name).is_none() {
             return Err(format!("unknown option --{name}; see rill serve --help"));
         }
-        let (name, value) = match flag.split_once('=') {
-            Some((name, value)) => (name, value.to_string()),
-            None => {
-                let value = iter.next().ok_or(format!("--{flag} needs a value"))?;
-                (flag, value.clone())
-            }
+        let value = match inline {
+            Some(value) => value,
+            None => iter.next().ok_or(format!("--{flag} needs a value"))?,
         };
-        flags.push((name.to_string(), value));
+        flags.push((name.to_string(), value.to_string()));
     }
     Ok(flags)
 }

@@ -81,9 +81,9 @@ pub fn is_sse_text(content_type: &str) -> bool {
 /// token, the value a token or a quoted-string.
 pub fn is_valid(content_type: &str) -> bool {
     let e = essence(content_type);
-    let parameters = content_type.split_once(';').map_or("", |(_, rest)| rest);
+    let parameters = content_type.find(';').map_or("", |at| &content_type[at..]);
     matches!(e.split_once('/'), Some((t, s)) if is_token(t) && is_token(s))
-        && parameters_valid(&format!(";{parameters}"))
+        && parameters_valid(parameters)
 }
 
 fn is_token(s: &str) -> bool {
