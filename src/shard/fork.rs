@@ -418,11 +418,13 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
         return e.response();
     }
     // The answer waits for what this delete lets go: a source it was the
-    // last fork of (and that one's source...), or, soft-deleted for a fork
-    // still being made, itself if that fork has failed meanwhile.
+    // last fork of (and that one's source...), or, soft-deleted, itself if
+    // its forks went meanwhile. A soft delete always counts again: a fork
+    // deleted after a shard counted it nudges this source, and a nudge
+    // that came before the soft delete applied found nothing to collect.
     match (soft, origin) {
         (false, Some(origin)) => settle_source(shard, &origin).await,
-        (true, _) if forks.counted == Some(0) => collect_now(shard, key, id).await,
+        (true, _) => collect_now(shard, key, id).await,
         _ => {}
     }
     match records {

@@ -68,6 +68,21 @@ pub fn run<F: Future>(fut: F) -> F::Output {
 /// Recovers `storage`, builds the shard on what it found, opens the log and
 /// spawns the writer task (`--fsync always`).
 pub async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> Rc<Shard> {
+    let (tx, _rx) = flume::unbounded();
+    start_meshed(
+        storage,
+        segment_bytes,
+        Mesh::new(0, vec![tx], Default::default()),
+    )
+    .await
+}
+
+/// `start` as shard 0 of `mesh`, whose inboxes the caller serves.
+pub async fn start_meshed<S: Storage + 'static>(
+    storage: Rc<S>,
+    segment_bytes: u64,
+    mesh: Mesh,
+) -> Rc<Shard> {
     let mut rebuild = Rebuild::default();
     let recovered = recovery::recover(&*storage, segment_bytes, |kind, payload, at| {
         rill::shard::startup::replay(&mut rebuild, kind, payload, at)
@@ -77,16 +92,15 @@ pub async fn start<S: Storage + 'static>(storage: Rc<S>, segment_bytes: u64) -> 
     let (table, _) = rebuild.finish(u64::MAX, NOW_MS).expect("a consistent log");
     let config = Arc::new(Config {
         segment_bytes,
-        cores: 1,
+        cores: mesh.len(),
         ..Config::default()
     });
-    let (tx, _rx) = flume::unbounded();
     let dir = storage.path(1).parent().expect("segment dir").to_path_buf();
     let segments = Segments::new(Rc::new(DirectStorage::new(dir).unwrap()));
     let shard = Rc::new(Shard::new(
         0,
         config,
-        Mesh::new(0, vec![tx], Default::default()),
+        mesh,
         table,
         recovered.next_seq,
         segments,
