@@ -331,8 +331,18 @@ pub fn view(s: &Server, path: &str) -> View {
     let (body, next, content_type) = read_from(s, path, "-1");
     let tail = header(&h, "stream-next-offset");
     assert_eq!(tail.as_ref(), Some(&next), "{path}: HEAD vs read");
-    let head = VIEWED.split_whitespace().map(|f| header(&h, f));
+    let head = VIEWED.split_whitespace().map(|f| match f {
+        "stream-ttl" => header(&h, f).map(|ttl| to_the_minute(&ttl)),
+        _ => header(&h, f),
+    });
     View(head.collect(), body, next, content_type)
+}
+
+/// A `Stream-TTL` to the minute: on the bucketed surface it is the time
+/// left (extensions §5.4), which ticks between two views of a stream.
+fn to_the_minute(ttl: &str) -> String {
+    let secs: u64 = ttl.parse().expect("Stream-TTL is seconds");
+    format!("~{}min", (secs + 30) / 60)
 }
 
 /// The soft-delete matrix (§4.2): 410 on GET/HEAD/POST/DELETE, 409 on PUT
