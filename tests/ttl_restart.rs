@@ -8,6 +8,7 @@
 //! its shard dir) begins every window again, as it did, and logs that. A
 //! refused write slides the window too, and a waiting live reader keeps
 //! its stream, and an SSE reader that left lets it go within a window or two.
+//! The extensions' sub-resources slide it as the base's reads and writes do.
 
 mod common;
 
@@ -202,4 +203,59 @@ fn an_sse_reader_that_left_lets_its_ttl_stream_expire() {
     thread::sleep(Duration::from_millis(3_000));
     let head = req(s.addr, "HEAD", &path, &[], b"");
     assert_eq!(head.status, 404, "a reader that left still keeps it");
+}
+
+/// A request on a stream's sub-resource: (stream name, method, resource
+/// with `{at}` for the stream's tail, headers, body, the status it gets).
+type Op<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a [(&'a str, &'a str)],
+    &'a [u8],
+    u16,
+);
+
+/// The extensions' reads and writes of a stream slide its window as the
+/// base's do (they defer to PROTOCOL.md §5.1): bootstrap, snapshot reads
+/// and publishes, retention moves and attribute writes.
+#[test]
+fn the_extensions_reads_and_writes_slide_the_window_too() {
+    let s = Server::start(&["--cores", "2"]);
+    let bucket = format!("/{}", unique_name("sliding"));
+    assert_eq!(req(s.addr, "PUT", &bucket, &[], b"").status, 201);
+    let loro = [("Content-Type", "application/x-loro")];
+    let json = [("Content-Type", "application/json")];
+    let ops: [Op; 6] = [
+        ("bootstrap", "GET", "bootstrap", &[], b"", 200),
+        ("latest", "GET", "snapshot", &[], b"", 307),
+        ("snapshot", "GET", "snapshot/{at}", &[], b"", 200),
+        ("publish", "PUT", "snapshot/{at}", &loro, b"state", 204),
+        ("retention", "PUT", "retention/{at}", &[], b"", 204),
+        ("attrs", "PUT", "attrs", &json, b"{}", 204),
+    ];
+    let created = Instant::now();
+    let tails: Vec<(String, String)> = ops
+        .iter()
+        .map(|(name, ..)| {
+            let path = format!("{bucket}/{name}");
+            create(&s, &path, "2");
+            let tail = req(s.addr, "HEAD", &path, &[], b"");
+            let at = tail.header("stream-next-offset").unwrap().to_string();
+            let snapshot = format!("{path}/snapshot/{at}");
+            assert_eq!(req(s.addr, "PUT", &snapshot, &loro, b"state").status, 204);
+            (path, at)
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(1_200).saturating_sub(created.elapsed()));
+    for ((name, method, resource, headers, body, want), (path, at)) in ops.iter().zip(&tails) {
+        let target = format!("{path}/{}", resource.replace("{at}", at));
+        let got = req(s.addr, method, &target, headers, body).status;
+        assert_eq!(got, *want, "{name}: {method} {target}");
+    }
+    thread::sleep(Duration::from_millis(2_400).saturating_sub(created.elapsed()));
+    for ((name, ..), (path, _)) in ops.iter().zip(&tails) {
+        let head = req(s.addr, "HEAD", path, &[], b"").status;
+        assert_eq!(head, 200, "{name} did not slide {path}'s window");
+    }
 }

@@ -46,6 +46,15 @@ pub async fn handle(
             return respond(shard, socket, advertised(shard, key, gone), keep, is_head).await;
         }
     }
+    // The extensions' reads and writes slide `Stream-TTL` as the base's do
+    // (append-batch and attrs on their paths below).
+    if let Target::StreamExtension { key, resource, .. } = &target
+        && ["bootstrap", "snapshot", "retention"]
+            .iter()
+            .any(|r| resource.split('/').next() == Some(*r))
+    {
+        slide_ttl(shard, key, head.method).await;
+    }
     let reply = match target {
         Target::Stream {
             surface,
@@ -264,6 +273,18 @@ pub async fn refused_before_body(
     Some(advertised(shard, key, shard.when_committed(refusal).await))
 }
 
+/// Slides `key`'s `Stream-TTL` for a read or write (PROTOCOL.md §5.1:
+/// "each read or write operation resets the expiry countdown"; HEAD does
+/// not; the extensions defer to the base), an expired stream reaped first.
+/// The access record is awaited before anything is decided, so the
+/// decision sees the state after it.
+async fn slide_ttl(shard: &Shard, key: &str, method: Method) {
+    if !matches!(method, Method::Head | Method::Options) {
+        let now_ms = shard.reap_if_expired(key);
+        shard.touch(key, now_ms).await;
+    }
+}
+
 /// Extensions §1.6: stream operations need the bucket (404 without it);
 /// creating a new stream also needs it not to be mid-delete.
 fn bucket_admits(shard: &Shard, bucket: &str, sr: &StreamRequest) -> Result<(), Response> {
@@ -288,12 +309,10 @@ async fn stream_request(
     keep: Persistence,
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
-    // Reads and writes slide `Stream-TTL` (PROTOCOL.md §5.1), an expired
-    // stream reaped first. Their access record is awaited before anything
-    // is decided, so the decision sees the state after it.
-    if matches!(sr.head.method, Method::Get | Method::Post) {
-        let now_ms = shard.reap_if_expired(sr.key);
-        shard.touch(sr.key, now_ms).await;
+    // Reads and writes slide `Stream-TTL`: of a stream, GET and POST (a PUT
+    // creates, or re-states a stream unchanged); of its attributes, all.
+    if sr.attrs || matches!(sr.head.method, Method::Get | Method::Post) {
+        slide_ttl(shard, sr.key, sr.head.method).await;
     }
     // Before the bucket checks: from those to the decision nothing awaits,
     // so a create cannot land in a bucket deleted meanwhile.
