@@ -53,3 +53,34 @@ fn a_gap_nothing_fills_is_409_after_the_wait() {
     assert_eq!(gap.header("producer-expected-seq"), Some("1"));
     assert!(started.elapsed() >= Duration::from_millis(300));
 }
+
+/// A pipeline deeper than one gap wait holds: its appends land one commit
+/// after another (each waits for the one before it), and every landing
+/// starts the wait of the next one again, so none is refused for how long
+/// the whole pipeline takes.
+#[test]
+fn a_pipeline_deeper_than_one_wait_lands_whole() {
+    const DEPTH: u64 = 300;
+    let s = Server::start(&["--cores", "2", "--producer-gap-wait-ms", "100"]);
+    let path = "/v1/stream/deep";
+    let text = [("Content-Type", TEXT)];
+    assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
+    let s = &s;
+    let took = thread::scope(|scope| {
+        let early: Vec<_> = (1..DEPTH)
+            .rev()
+            .map(|seq| scope.spawn(move || (seq, append(s, path, seq).status)))
+            .collect();
+        thread::sleep(Duration::from_millis(50));
+        let started = Instant::now();
+        assert_eq!(append(s, path, 0).status, 200);
+        for early in early {
+            let (seq, status) = early.join().unwrap();
+            assert_eq!(status, 200, "seq {seq}");
+        }
+        started.elapsed()
+    });
+    let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
+    let want: String = (0..DEPTH).map(|seq| format!("<{seq}>")).collect();
+    assert_eq!(read.text(), want, "landed whole, in order, in {took:?}");
+}

@@ -194,8 +194,8 @@ struct StreamRequest<'a> {
 }
 
 /// The decision on `req`. A producer append ahead of its sequence (a gap,
-/// PROTOCOL.md §5.2.1) waits up to `--producer-gap-wait-ms` for the appends
-/// before it, decided again after each commit of its stream: a client that
+/// PROTOCOL.md §5.2.1) waits up to `--producer-gap-wait-ms` for the next
+/// append before it, decided again after each commit of its stream: a client that
 /// pipelines a producer's appends over several connections (the official
 /// clients do) sends them in order, but a connection accepted by another
 /// shard arrives here later (the handoff) and would otherwise get a 409.
@@ -209,7 +209,11 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
     if wait.is_zero() || !is_sequence_gap(&action) {
         return action;
     }
-    let deadline = Instant::now() + wait;
+    // The wait is for the next sequence number: each one that lands starts
+    // it again, so a pipeline whose appends commit one after another (each
+    // waits for the one before it) is not refused for its depth.
+    let mut deadline = Instant::now() + wait;
+    let mut expected = expected_seq(&action).map(str::to_string);
     // The append waits on this incarnation only: one created at the key
     // after it expired or was deleted is another stream (a 404 for it).
     let id = shard.table.borrow().get(req.key).map(|s| s.id);
@@ -226,6 +230,11 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
             true => decide_now(),
             false => Action::Reply(not_found("stream not found")),
         };
+        let now_expected = expected_seq(&action);
+        if now_expected.is_some() && now_expected != expected.as_deref() {
+            expected = now_expected.map(str::to_string);
+            deadline = Instant::now() + wait;
+        }
     }
     shard.waiters.release(req.key, audience);
     action
@@ -236,8 +245,15 @@ fn is_read(head: &RequestHead) -> bool {
 }
 
 fn is_sequence_gap(action: &Action) -> bool {
-    matches!(action, Action::Reply(reply)
-        if reply.status == 409 && reply.get_header("producer-expected-seq").is_some())
+    expected_seq(action).is_some()
+}
+
+/// The sequence number a gap's 409 says the producer needs next.
+fn expected_seq(action: &Action) -> Option<&str> {
+    match action {
+        Action::Reply(reply) if reply.status == 409 => reply.get_header("producer-expected-seq"),
+        _ => None,
+    }
 }
 
 /// The refusal of an append that waits for `100 Continue` (RFC 9110
