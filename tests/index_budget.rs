@@ -252,10 +252,11 @@ fn client_chosen_strings_count_against_the_budget() {
 }
 
 /// Buckets are created by clients too: they count against the budget
-/// (extensions §1.2's PUT then gets 503), and a delete makes room again.
+/// (extensions §1.2's PUT then gets 503) that streams count against, in
+/// `rill_index_bytes` too, also after a restart; a delete makes room again.
 #[test]
 fn buckets_are_bounded_by_the_budget() {
-    let s = Server::start(&["--cores", "1", "--max-index-bytes", "65536"]);
+    let mut s = Server::start(&["--cores", "1", "--max-index-bytes", "65536"]);
     let mut created = 0;
     let refused = loop {
         let r = req(s.addr, "PUT", &format!("/bucket-{created:05}"), &[], b"");
@@ -268,6 +269,17 @@ fn buckets_are_bounded_by_the_budget() {
     assert_eq!(refused.status, 503, "{}", refused.text());
     assert!(refused.text().contains("index_budget_full"));
     assert!(created > 100, "only {created} buckets fit");
+    for at in ["full", "restarted"] {
+        let used = index_used(&s);
+        assert!(
+            used > 60_000,
+            "{at}: rill_index_bytes {used} shows the buckets"
+        );
+        let text = [("Content-Type", "text/plain")];
+        let stream = req(s.addr, "PUT", "/v1/stream/after-buckets", &text, b"");
+        assert_eq!(stream.status, 503, "{at}: streams share the budget");
+        s.restart();
+    }
     assert_eq!(req(s.addr, "DELETE", "/bucket-00000", &[], b"").status, 204);
     assert_eq!(req(s.addr, "PUT", "/bucket-again", &[], b"").status, 201);
 }

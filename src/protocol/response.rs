@@ -74,7 +74,7 @@ pub fn index_full() -> Response {
     Response::error(
         503,
         "index_budget_full",
-        "the server's message index is at its memory limit; move retention or delete streams",
+        "the server's message index is at its memory limit; move retention, or delete streams or buckets",
     )
     .header("retry-after", "5")
 }

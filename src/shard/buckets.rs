@@ -73,16 +73,19 @@ pub fn apply_entry(shard: &Shard, entry: Entry) {
             bucket,
             created_at_ms,
         } => {
-            registry.insert(
-                bucket,
-                Bucket {
-                    created_at_ms,
-                    frozen: false,
-                },
-            );
+            let entry = Bucket {
+                created_at_ms,
+                frozen: false,
+            };
+            if !registry.contains_key(&bucket) {
+                shard.table.borrow_mut().count_bucket(&bucket, true);
+            }
+            registry.insert(bucket, entry);
         }
         Entry::BucketDelete { bucket } => {
-            registry.remove(&bucket);
+            if registry.remove(&bucket).is_some() {
+                shard.table.borrow_mut().count_bucket(&bucket, false);
+            }
         }
         Entry::Stream(_) | Entry::Relocate { .. } | Entry::Image(_) => {
             unreachable!("stream records are not registry changes")
@@ -305,19 +308,20 @@ async fn gather_count(shard: &Shard, bucket: &str) -> Result<usize, Response> {
         .ok_or_else(shard_stopping)
 }
 
-/// What a bucket takes in every shard's registry (its entry, its id aside).
-const BUCKET_BYTES: u64 = 256;
+/// Whether bucket `id` would take this shard's registry replica past what
+/// is left of the index budget, which counts streams and buckets alike.
+fn registry_full(shard: &Shard, id: &str) -> bool {
+    let bytes = crate::stream::budget::bucket_bytes(id);
+    shard.table.borrow().index_refuses(bytes)
+}
 
-/// Whether this shard's registry fills what its streams leave of the index
-/// budget: buckets are created by clients too, so they are bounded with it.
-fn registry_full(shard: &Shard) -> bool {
-    let registry: u64 = shard
-        .buckets
-        .borrow()
-        .keys()
-        .map(|id| BUCKET_BYTES + id.len() as u64)
-        .sum();
-    registry >= shard.table.borrow().index_room()
+/// Counts this shard's registry replica, just recovered, against its
+/// index budget.
+pub fn count_registry(shard: &Shard) {
+    let mut table = shard.table.borrow_mut();
+    for id in shard.buckets.borrow().keys() {
+        table.count_bucket(id, true);
+    }
 }
 
 /// PUT, GET and DELETE on `/{bucket_id}`.
@@ -338,7 +342,9 @@ pub async fn bucket_request(shard: &Rc<Shard>, head: &RequestHead, bucket: &str)
     let existing = shard.buckets.borrow().get(bucket).copied();
     match (head.method, existing.map(|b| b.created_at_ms)) {
         (Method::Put, Some(_)) => conflict("bucket_exists", "bucket already exists"),
-        (Method::Put, None) if registry_full(shard) => crate::protocol::response::index_full(),
+        (Method::Put, None) if registry_full(shard, bucket) => {
+            crate::protocol::response::index_full()
+        }
         (Method::Put, None) => create_bucket(shard, bucket).await,
         (Method::Get | Method::Head, Some(created_at_ms)) => {
             match gather_count(shard, bucket).await {

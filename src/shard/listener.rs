@@ -194,6 +194,7 @@ fn launch(
         segments,
     ));
     *shard.buckets.borrow_mut() = ready.buckets;
+    buckets::count_registry(&shard);
     shard.metrics.set_recovery(ready.recovery);
     // Writes end at the latest half the shutdown timeout after a stop, so
     // the shard's drain and final sync fit in the rest.

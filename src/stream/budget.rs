@@ -13,6 +13,11 @@
 use super::state::Stream;
 use super::table::Table;
 
+/// What a bucket takes in every shard's registry replica: its entry and id.
+pub fn bucket_bytes(id: &str) -> u64 {
+    256 + id.len() as u64
+}
+
 /// Bounds on idempotent producers' state (PROTOCOL.md §5.2.1 keeps one
 /// entry per producer id for the stream's lifetime): without them a
 /// client could grow a stream's memory without end with new or long ids.
@@ -88,9 +93,19 @@ impl Table {
         self.producer_limits
     }
 
-    /// Index memory of every stream of the table.
+    /// Index memory of every stream of the table and of the shard's
+    /// replica of the bucket registry (clients create buckets too).
     pub fn index_used(&self) -> u64 {
-        self.index_used
+        self.index_used.saturating_add(self.registry_bytes)
+    }
+
+    /// Counts bucket `id` registered (`added`) or dropped on this shard.
+    pub fn count_bucket(&mut self, id: &str, added: bool) {
+        let bytes = bucket_bytes(id);
+        self.registry_bytes = match added {
+            true => self.registry_bytes.saturating_add(bytes),
+            false => self.registry_bytes.saturating_sub(bytes),
+        };
     }
 
     /// Whether a change adding `bytes` of index must wait for retention
@@ -99,12 +114,12 @@ impl Table {
     /// request adds is checked before it applies, so the budget holds to
     /// within that estimate's error instead of one whole request.)
     pub fn index_refuses(&self, bytes: u64) -> bool {
-        self.index_used.saturating_add(bytes) > self.index_budget
+        self.index_used().saturating_add(bytes) > self.index_budget
     }
 
     /// What is left of the budget.
     pub fn index_room(&self) -> u64 {
-        self.index_budget.saturating_sub(self.index_used)
+        self.index_budget.saturating_sub(self.index_used())
     }
 
     /// Counts how the stream `key` grew or shrank since it took `before`

@@ -28,6 +28,8 @@ pub struct Table {
     pub(super) fork_refs: HashMap<u64, usize>,
     /// Index memory of all streams and its limit (`budget.rs`).
     pub(super) index_used: u64,
+    /// What this shard's replica of the bucket registry takes of it.
+    pub(super) registry_bytes: u64,
     pub(super) index_budget: u64,
     pub(super) producer_limits: super::budget::ProducerLimits,
     /// When the last deleted incarnation of each recently deleted key was
@@ -96,6 +98,7 @@ impl Table {
             staged: HashMap::new(),
             fork_refs: HashMap::new(),
             index_used: 0,
+            registry_bytes: 0,
             index_budget: u64::MAX,
             producer_limits: Default::default(),
             retired: HashMap::new(),
