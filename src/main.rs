@@ -87,8 +87,14 @@ fn config_command(args: &[String]) -> ExitCode {
     }
 }
 
-/// Blocks SIGINT and SIGTERM in every thread (shards inherit the mask), so
-/// only `wait_for_stop_signal` on the main thread receives them.
+/// Signals an operator may send out of habit (a reload, a log reopen):
+/// rill has neither, and their default action would kill it without a
+/// drain or a log line. They are logged and ignored.
+const IGNORED_SIGNALS: [i32; 3] = [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2];
+
+/// Blocks SIGINT, SIGTERM and the `IGNORED_SIGNALS` in every thread
+/// (shards inherit the mask), so only `wait_for_stop_signal` on the signal
+/// thread receives them.
 fn block_stop_signals() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data initialized by sigemptyset before use;
     // pthread_sigmask only reads the set we pass.
@@ -97,17 +103,25 @@ fn block_stop_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        for signal in IGNORED_SIGNALS {
+            libc::sigaddset(&mut set, signal);
+        }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
 }
 
 fn wait_for_stop_signal(set: &libc::sigset_t) -> i32 {
-    let mut signal = 0;
-    // SAFETY: `set` is a valid, initialized signal set; sigwait writes the
-    // received signal number into our local.
-    unsafe { libc::sigwait(set, &mut signal) };
-    signal
+    loop {
+        let mut signal = 0;
+        // SAFETY: `set` is a valid, initialized signal set; sigwait writes
+        // the received signal number into our local.
+        unsafe { libc::sigwait(set, &mut signal) };
+        if !IGNORED_SIGNALS.contains(&signal) {
+            return signal;
+        }
+        rill::warn!("signal {signal} ignored: rill has no reload; settings change with a restart");
+    }
 }
 
 /// Receives the stop signal on a thread of its own. One that comes before

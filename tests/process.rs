@@ -1,6 +1,7 @@
 //! The server process itself: it opts out of transparent huge pages
 //! (`disable_transparent_huge_pages` in src/main.rs), whatever the kernel's
-//! system-wide THP mode, and a stop signal while it starts ends it at once.
+//! system-wide THP mode, a stop signal while it starts ends it at once, and
+//! reload signals (SIGHUP, SIGUSR1/2) are logged and ignored.
 
 mod common;
 
@@ -53,4 +54,22 @@ fn a_stop_signal_while_starting_exits_at_once() {
         assert_eq!((r.status, r.body.len()), (200, chunk.len()), "{path}");
         assert!(r.body == chunk, "{path}: the bytes");
     }
+}
+
+/// SIGHUP, SIGUSR1 and SIGUSR2 (a reload or log reopen elsewhere) are
+/// logged and ignored: their default action would end the server without a
+/// drain or a word. SIGTERM still stops it cleanly after them.
+#[test]
+fn reload_signals_are_logged_and_ignored() {
+    let mut s = Server::start(&["--cores", "1"]);
+    for signal in [libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: a signal to the test's own child process.
+        unsafe { libc::kill(s.pid() as i32, signal) };
+        let said = s.stderr_once_it_says(&format!("signal {signal} ignored"));
+        assert!(said.contains("no reload"), "{said}");
+        assert!(s.is_running(), "signal {signal} ended the server");
+        assert_eq!(req(s.addr, "GET", "/v1/health/live", &[], b"").status, 200);
+    }
+    let code = s.signal_and_wait(libc::SIGTERM, Duration::from_secs(10));
+    assert_eq!(code, Some(0), "{}", s.stderr());
 }
