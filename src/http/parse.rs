@@ -156,7 +156,9 @@ impl HttpError {
             HttpError::HeadTooLarge | HttpError::TooManyHeaders => 431,
             HttpError::TargetTooLong => 414,
             HttpError::BodyTooLarge => 413,
-            HttpError::Malformed(_) | HttpError::UnsupportedTransferEncoding => 400,
+            HttpError::Malformed(_) => 400,
+            // RFC 9112 §6.1: a coding the server does not understand.
+            HttpError::UnsupportedTransferEncoding => 501,
             HttpError::UnsupportedVersion => 505,
         }
     }
@@ -183,7 +185,7 @@ impl HttpError {
             HttpError::BodyTooLarge => "request body exceeds the size limit".to_owned(),
             HttpError::Malformed(why) => format!("malformed request: {why}"),
             HttpError::UnsupportedTransferEncoding => {
-                "only 'Transfer-Encoding: chunked' is supported".to_owned()
+                "only the chunked transfer coding is implemented".to_owned()
             }
             HttpError::UnsupportedVersion => "only HTTP/1.0 and HTTP/1.1 are supported".to_owned(),
         }
@@ -497,11 +499,21 @@ fn body_kind(headers: &Fields, limits: &Limits) -> Result<BodyKind, HttpError> {
     }
 }
 
+/// RFC 9112 §6.1 and §6.3: a request body's length is known only when
+/// chunked is its final coding, once (else 400 and close); codings before
+/// it are ones rill does not implement (501).
 fn transfer_encoding(headers: &Fields) -> Result<BodyKind, HttpError> {
-    let mut tokens = list_tokens(headers, "transfer-encoding");
-    match (tokens.next(), tokens.next()) {
-        (None, _) => Err(HttpError::Malformed("empty Transfer-Encoding")),
-        (Some(t), None) if t.eq_ignore_ascii_case("chunked") => Ok(BodyKind::Chunked),
+    let tokens: Vec<&str> = list_tokens(headers, "transfer-encoding").collect();
+    let is_chunked = |t: &str| t.eq_ignore_ascii_case("chunked");
+    match tokens.as_slice() {
+        [] => Err(HttpError::Malformed("empty Transfer-Encoding")),
+        [.., last] if !is_chunked(last) => Err(HttpError::Malformed(
+            "chunked is not the final transfer coding",
+        )),
+        [_] => Ok(BodyKind::Chunked),
+        _ if tokens.iter().filter(|t| is_chunked(t)).count() > 1 => Err(HttpError::Malformed(
+            "the chunked transfer coding is applied more than once",
+        )),
         _ => Err(HttpError::UnsupportedTransferEncoding),
     }
 }
