@@ -42,6 +42,9 @@ parse_args() {
     esac
   done
   [[ "$PREFIX" == /* ]] || die "--prefix must be an absolute path: $PREFIX"
+  # It goes into the unit's ExecStart= (and a sed replacement) unquoted.
+  [[ "$PREFIX" =~ ^[A-Za-z0-9._/+-]+$ ]] ||
+    die "--prefix may hold only letters, digits and . _ / + -: $PREFIX"
 }
 
 # run CMD...: runs it, or under --dry-run prints it.
@@ -138,9 +141,9 @@ main() {
   install_unit
   echo
   if [[ $DRY_RUN -eq 1 ]]; then
-    echo "Dry run done. After a real run, enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md "Exposure"):"
+    echo "Dry run done. After a real run, enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md, Exposure):"
   else
-    echo "Installed. Enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md "Exposure"):"
+    echo "Installed. Enable and start rill (listens on 127.0.0.1:4437; see docs/OPERATIONS.md, Exposure):"
   fi
   echo "    systemctl enable --now rill"
   echo "Status and logs:"

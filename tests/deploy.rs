@@ -206,3 +206,22 @@ fn install_refuses_to_run_without_root() {
     assert!(text(&out).contains("must run as root"), "{}", text(&out));
     assert!(!Path::new("/nonexistent/rill-prefix").exists());
 }
+
+/// The prefix goes into the unit's `ExecStart=` unquoted: one that would
+/// not survive it (`&`, a space) is refused before anything is done.
+#[test]
+fn install_refuses_a_prefix_the_unit_cannot_hold() {
+    for prefix in ["/opt/r&d", "/opt/my rill", "/opt/a|b"] {
+        let out = install_script()
+            .args(["--dry-run", "--prefix", prefix])
+            .output()
+            .expect("run install.sh");
+        let printed = text(&out);
+        assert!(!out.status.success(), "{prefix}: {printed}");
+        assert!(
+            printed.contains("--prefix may hold only"),
+            "{prefix}: {printed}"
+        );
+        assert!(!printed.contains("ExecStart"), "{prefix}: {printed}");
+    }
+}
