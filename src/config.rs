@@ -319,9 +319,15 @@ impl Config {
     pub fn from_toml(text: &str) -> Result<Config, String> {
         let table: toml::Table = text.parse().map_err(|e: toml::de::Error| e.to_string())?;
         let mut config = Config::default();
+        let mut seen = std::collections::HashSet::new();
         for (key, value) in &table {
             let name = key.replace('_', "-");
             let setting = setting(&name).ok_or_else(|| format!("unknown key {key:?}"))?;
+            // Both spellings of one setting: which one would hold is not
+            // what the file's order says (the table is sorted).
+            if !seen.insert(setting.name) {
+                return Err(format!("key {key:?}: {name} is given twice"));
+            }
             let text = match value {
                 toml::Value::String(s) => s.clone(),
                 toml::Value::Integer(i) => i.to_string(),
@@ -561,6 +567,8 @@ mod tests {
         assert!(kind.contains("cache_bytes"), "{kind}");
         assert!(Config::from_toml("cores = 0").is_err());
         assert!(Config::from_toml("not toml").is_err());
+        let twice = Config::from_toml("max-body-bytes = 2000\nmax_body_bytes = 1000").unwrap_err();
+        assert!(twice.contains("max-body-bytes is given twice"), "{twice}");
     }
 
     #[test]
