@@ -15,8 +15,18 @@ pub struct Fields {
     ends: Vec<(u32, u32)>,
 }
 
+/// A field of the Durable Streams protocol itself.
+fn is_protocol_field(name: &str) -> bool {
+    let prefix = |p: &str| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p);
+    prefix("stream-") || prefix("producer-")
+}
+
 impl Fields {
-    /// Copies httparse's fields; a value that is not UTF-8 is malformed.
+    /// Copies httparse's fields. A value may hold bytes that are not UTF-8
+    /// (obs-text, RFC 9110 §5.5): they are kept as U+FFFD, except in the
+    /// protocol's own `Stream-*` and `Producer-*` fields, whose values are
+    /// compared byte for byte (a lossy copy could make two differ or match
+    /// wrongly): there such a value is malformed.
     pub fn collect(raw: &[httparse::Header<'_>]) -> Result<Fields, HttpError> {
         let bytes = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
         let mut fields = Fields {
@@ -24,8 +34,15 @@ impl Fields {
             ends: Vec::with_capacity(raw.len()),
         };
         for h in raw {
-            let value = std::str::from_utf8(h.value)
-                .map_err(|_| HttpError::Malformed("header value is not valid UTF-8"))?;
+            let value = match std::str::from_utf8(h.value) {
+                Ok(value) => std::borrow::Cow::Borrowed(value),
+                Err(_) if is_protocol_field(h.name) => {
+                    return Err(HttpError::Malformed(
+                        "a Stream- or Producer- header value is not valid UTF-8",
+                    ));
+                }
+                Err(_) => String::from_utf8_lossy(h.value),
+            };
             let name_start = fields.text.len();
             fields.text.push_str(h.name);
             fields.text[name_start..].make_ascii_lowercase();
@@ -109,10 +126,18 @@ mod tests {
         );
         assert_eq!(fields.values("X-A").count(), 0, "names are lower-cased");
         assert_eq!((fields.len(), fields.is_empty()), (3, false));
-        let bad = [httparse::Header {
-            name: "a",
-            value: b"\xff",
+        let obs_text = [httparse::Header {
+            name: "X-Note",
+            value: b"caf\xe9",
         }];
-        assert!(Fields::collect(&bad).is_err());
+        let kept = Fields::collect(&obs_text).unwrap();
+        assert_eq!(kept.first("x-note"), Some("caf\u{fffd}"));
+        for name in ["Stream-Seq", "producer-id"] {
+            let bad = [httparse::Header {
+                name,
+                value: b"\xff",
+            }];
+            assert!(Fields::collect(&bad).is_err(), "{name}");
+        }
     }
 }
