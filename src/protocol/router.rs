@@ -68,9 +68,13 @@ pub fn is_valid_bucket_id(id: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
-/// extensions §1.1: any UTF-8 up to 122 bytes without `/`, NUL or `..`.
+/// extensions §1.1: any UTF-8 up to 122 bytes without `/`, NUL or `..`;
+/// nor `.` alone, a path segment URL resolution removes (RFC 3986 §5.2.4:
+/// its `Location` and sub-resources would name other paths), which the
+/// base's §10.2 path sanitizing rules out as it does on `/v1/stream`.
 pub fn is_valid_stream_id(id: &str) -> bool {
     !id.is_empty()
+        && id != "."
         && id.len() <= MAX_BUCKET_KEY_BYTES
         && !id.contains('/')
         && !id.contains('\0')
@@ -234,6 +238,9 @@ mod tests {
         assert!(matches!(route("/abc/x"), Target::Invalid(_)));
         assert!(matches!(route("/agents/a%2Fb"), Target::Invalid(_)));
         assert!(matches!(route("/agents/a..b"), Target::Invalid(_)));
+        assert!(matches!(route("/agents/."), Target::Invalid(_)));
+        assert!(matches!(route("/agents/%2E"), Target::Invalid(_)));
+        assert!(matches!(route("/agents/.a"), Target::Stream { .. }));
         let long = "x".repeat(118);
         assert!(matches!(
             route(&format!("/agents/{long}")),
