@@ -459,11 +459,7 @@ pub fn poll_empty(
     timed_out: bool,
 ) -> Option<Response> {
     debug_assert!(plan.start >= stream.tail());
-    // PROTOCOL.md §5.1: past its `Stream-Expires-At` a stream is gone, also
-    // to a reader that waited on it (waiting slides only a `Stream-TTL`).
-    if stream.past_expires_at(now_ms) {
-        return Some(not_found("stream not found"));
-    }
+    debug_assert!(!stream.past_expires_at(now_ms), "`Table::get_waited_on`");
     if !stream.is_closed() && !timed_out {
         return None;
     }

@@ -253,9 +253,9 @@ impl SseCursor {
     /// With nothing to send: the final control of a closed (or deleted)
     /// stream, the first control of a response, or a keep-alive control.
     pub fn idle(&mut self, stream: Option<&Stream>, now_ms: u64, timed_out: bool) -> SseStep {
-        // Gone, or past its `Stream-Expires-At` (PROTOCOL.md §5.1): the
-        // response ends (waiting slides only a `Stream-TTL`).
-        let Some(stream) = stream.filter(|s| !s.past_expires_at(now_ms)) else {
+        // Gone, or past its `Stream-Expires-At` (`Table::get_waited_on`):
+        // the response ends.
+        let Some(stream) = stream else {
             return SseStep {
                 bytes: Vec::new(),
                 done: true,

@@ -239,14 +239,15 @@ enum Poll {
 
 fn poll_once(shard: &Shard, plan: &ReadPlan, timed_out: bool) -> Poll {
     let table = shard.table.borrow();
-    let Some(stream) = table.get_incarnation(&plan.key, plan.stream_id) else {
+    let now_ms = clock::now_ms();
+    let Some(stream) = table.get_waited_on(&plan.key, plan.stream_id, now_ms) else {
         return Poll::Answer(vanished(shard, &plan.key));
     };
     if plan.start < stream.tail() {
         return Poll::Fetch(read::fetch_span(stream, plan));
     }
     let give_up = timed_out || shard.stopping.get() || plan.past_tail;
-    match read::poll_empty(plan, stream, clock::now_ms(), give_up) {
+    match read::poll_empty(plan, stream, now_ms, give_up) {
         Some(reply) => Poll::Answer(reply),
         None => Poll::Wait,
     }
@@ -467,8 +468,8 @@ async fn sse(
     let ended = shard
         .table
         .borrow()
-        .get_incarnation(&key, id)
-        .is_none_or(|s| s.is_closed() || s.past_expires_at(clock::now_ms()));
+        .get_waited_on(&key, id, clock::now_ms())
+        .is_none_or(|s| s.is_closed());
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive() && !ended
 }
 
@@ -484,11 +485,8 @@ async fn next_step(
     let now_ms = clock::now_ms();
     let (window, key) = {
         let table = shard.table.borrow();
-        let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
         // Expired, it is gone: what is left unsent is not served (§5.1).
-        if stream.past_expires_at(now_ms) {
-            return None;
-        }
+        let stream = table.get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms)?;
         let window = cursor.next_window(stream)?;
         (window, cursor.step_key(stream, window, now_ms))
     };
@@ -574,7 +572,7 @@ async fn stream_events(
             shard
                 .table
                 .borrow()
-                .get_incarnation(&cursor.plan.key, cursor.plan.stream_id),
+                .get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms),
             now_ms,
             timed_out,
         );

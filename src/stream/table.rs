@@ -200,6 +200,14 @@ impl Table {
         self.get_visible(key).filter(|s| s.id == id)
     }
 
+    /// `get_incarnation` as a live reader waiting on it sees it at
+    /// `now_ms`: past its `Stream-Expires-At` it is gone (PROTOCOL.md
+    /// §5.1), though not reaped yet (waiting slides only a `Stream-TTL`).
+    pub fn get_waited_on(&self, key: &str, id: u64, now_ms: u64) -> Option<&Stream> {
+        self.get_incarnation(key, id)
+            .filter(|s| !s.past_expires_at(now_ms))
+    }
+
     pub fn len(&self) -> usize {
         self.streams.len()
     }
