@@ -165,7 +165,8 @@ OPTIONS:
     --producer-gap-wait-ms MS   how long a producer append that is ahead of its sequence
                                 waits for the next of the ones before it (pipelined on other
                                 connections, they may arrive later) before its 409; each that
-                                lands starts the wait again; 0: none [default: 200]
+                                lands starts the wait again, up to 50 waits in all; 0: none
+                                [default: 200]
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413; at most 1 GiB less room
                                 for its head (one log record) [default: 33554432]

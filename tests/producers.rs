@@ -57,11 +57,14 @@ fn a_gap_nothing_fills_is_409_after_the_wait() {
 /// A pipeline deeper than one gap wait holds: its appends land one commit
 /// after another (each waits for the one before it), and every landing
 /// starts the wait of the next one again, so none is refused for how long
-/// the whole pipeline takes.
+/// the whole pipeline takes. (Where the pipeline commits within one wait,
+/// on a fast disk, this holds either way: it says so.)
 #[test]
 fn a_pipeline_deeper_than_one_wait_lands_whole() {
     const DEPTH: u64 = 300;
-    let s = Server::start(&["--cores", "2", "--producer-gap-wait-ms", "100"]);
+    const WAIT: Duration = Duration::from_millis(250);
+    let wait = WAIT.as_millis().to_string();
+    let s = Server::start(&["--cores", "2", "--producer-gap-wait-ms", &wait]);
     let path = "/v1/stream/deep";
     let text = [("Content-Type", TEXT)];
     assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
@@ -83,4 +86,7 @@ fn a_pipeline_deeper_than_one_wait_lands_whole() {
     let read = req(s.addr, "GET", &format!("{path}?offset=-1"), &[], b"");
     let want: String = (0..DEPTH).map(|seq| format!("<{seq}>")).collect();
     assert_eq!(read.text(), want, "landed whole, in order, in {took:?}");
+    if took < WAIT {
+        println!("note: the pipeline took {took:?}, within one wait: nothing was tested");
+    }
 }

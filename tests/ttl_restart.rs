@@ -239,7 +239,7 @@ fn the_extensions_reads_and_writes_slide_the_window_too() {
         .iter()
         .map(|(name, ..)| {
             let path = format!("{bucket}/{name}");
-            create(&s, &path, "2");
+            create(&s, &path, "4");
             let tail = req(s.addr, "HEAD", &path, &[], b"");
             let at = tail.header("stream-next-offset").unwrap().to_string();
             let snapshot = format!("{path}/snapshot/{at}");
@@ -247,13 +247,14 @@ fn the_extensions_reads_and_writes_slide_the_window_too() {
             (path, at)
         })
         .collect();
-    thread::sleep(Duration::from_millis(1_200).saturating_sub(created.elapsed()));
+    // The requests come 2.4 s into the 4 s window, the check 2.4 s after.
+    thread::sleep(Duration::from_millis(2_400).saturating_sub(created.elapsed()));
     for ((name, method, resource, headers, body, want), (path, at)) in ops.iter().zip(&tails) {
         let target = format!("{path}/{}", resource.replace("{at}", at));
         let got = req(s.addr, method, &target, headers, body).status;
         assert_eq!(got, *want, "{name}: {method} {target}");
     }
-    thread::sleep(Duration::from_millis(2_400).saturating_sub(created.elapsed()));
+    thread::sleep(Duration::from_millis(4_800).saturating_sub(created.elapsed()));
     for ((name, ..), (path, _)) in ops.iter().zip(&tails) {
         let head = req(s.addr, "HEAD", path, &[], b"").status;
         assert_eq!(head, 200, "{name} did not slide {path}'s window");

@@ -17,16 +17,18 @@ pub struct Fields {
 
 /// A field of the Durable Streams protocol itself.
 fn is_protocol_field(name: &str) -> bool {
+    // httparse has checked the name is a token: ASCII, so sliceable.
     let prefix = |p: &str| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p);
-    prefix("stream-") || prefix("producer-")
+    prefix("stream-") || prefix("producer-") || name.eq_ignore_ascii_case("content-type")
 }
 
 impl Fields {
     /// Copies httparse's fields. A value may hold bytes that are not UTF-8
     /// (obs-text, RFC 9110 §5.5): they are kept as U+FFFD, except in the
-    /// protocol's own `Stream-*` and `Producer-*` fields, whose values are
-    /// compared byte for byte (a lossy copy could make two differ or match
-    /// wrongly): there such a value is malformed.
+    /// protocol's own `Stream-*` and `Producer-*` fields and `Content-Type`,
+    /// whose values are compared byte for byte or stored and echoed (a
+    /// lossy copy would differ from what was sent): there such a value is
+    /// malformed.
     pub fn collect(raw: &[httparse::Header<'_>]) -> Result<Fields, HttpError> {
         let bytes = raw.iter().map(|h| h.name.len() + h.value.len()).sum();
         let mut fields = Fields {
@@ -38,7 +40,7 @@ impl Fields {
                 Ok(value) => std::borrow::Cow::Borrowed(value),
                 Err(_) if is_protocol_field(h.name) => {
                     return Err(HttpError::Malformed(
-                        "a Stream- or Producer- header value is not valid UTF-8",
+                        "a Stream-, Producer- or Content-Type value is not valid UTF-8",
                     ));
                 }
                 Err(_) => String::from_utf8_lossy(h.value),
@@ -132,7 +134,7 @@ mod tests {
         }];
         let kept = Fields::collect(&obs_text).unwrap();
         assert_eq!(kept.first("x-note"), Some("caf\u{fffd}"));
-        for name in ["Stream-Seq", "producer-id"] {
+        for name in ["Stream-Seq", "producer-id", "Content-Type"] {
             let bad = [httparse::Header {
                 name,
                 value: b"\xff",

@@ -508,7 +508,7 @@ fn transfer_encoding(headers: &Fields) -> Result<BodyKind, HttpError> {
     match tokens.as_slice() {
         [] => Err(HttpError::Malformed("empty Transfer-Encoding")),
         [.., last] if !is_chunked(last) => Err(HttpError::Malformed(
-            "chunked is not the final transfer coding",
+            "the final transfer coding is not chunked (which takes no parameters)",
         )),
         [_] => Ok(BodyKind::Chunked),
         _ if tokens.iter().filter(|t| is_chunked(t)).count() > 1 => Err(HttpError::Malformed(

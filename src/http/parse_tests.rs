@@ -360,7 +360,7 @@ fn malformed_request_lines_and_headers() {
         b"GET / HTTP/1.1\r\nStream-Seq: caf\xe9\r\n\r\n",
         &Limits::default(),
     );
-    let want = "a Stream- or Producer- header value is not valid UTF-8";
+    let want = "a Stream-, Producer- or Content-Type value is not valid UTF-8";
     assert_eq!(e.err(), Some(Malformed(want)));
     // RFC 9110 §5.5: obs-text in a field rill does not read is no error.
     assert!(parse_head(b"GET / HTTP/1.1\r\nX: caf\xe9\r\n\r\n", &Limits::default()).is_ok());

@@ -198,7 +198,7 @@ impl Gauge {
             ),
             Gauge::IndexBytes => (
                 "rill_index_bytes",
-                "Memory of this shard's message ends and log locations (--max-index-bytes).",
+                "Memory of this shard's message ends, log locations, streams and bucket registry (--max-index-bytes).",
             ),
             Gauge::LogSegments => (
                 "rill_log_segments",

@@ -38,22 +38,10 @@ pub async fn handle(
     if has_body && let Err(reply) = protocol::headers::check_content_encoding(head) {
         return respond(shard, socket, reply, keep, is_head).await;
     }
-    // PROTOCOL.md §4.2: a soft-deleted stream is 410 "for all client-facing
-    // operations", its extension sub-resources too.
-    if let Target::StreamExtension { key, .. } = &target {
-        let gone = protocol::fork::soft_deleted_refusal(&shard.table.borrow(), key, false);
-        if let Some(gone) = gone {
-            return respond(shard, socket, advertised(shard, key, gone), keep, is_head).await;
-        }
-    }
-    // The extensions' reads and writes slide `Stream-TTL` as the base's do
-    // (append-batch and attrs on their paths below).
     if let Target::StreamExtension { key, resource, .. } = &target
-        && ["bootstrap", "snapshot", "retention"]
-            .iter()
-            .any(|r| resource.split('/').next() == Some(*r))
+        && let Some(gone) = extension_preamble(shard, head.method, key, resource).await
     {
-        slide_ttl(shard, key, head.method).await;
+        return respond(shard, socket, gone, keep, is_head).await;
     }
     let reply = match target {
         Target::Stream {
@@ -193,6 +181,9 @@ struct StreamRequest<'a> {
     attrs: bool,
 }
 
+/// The most `--producer-gap-wait-ms` waits one append's gap wait spans.
+const GAP_WAITS: u32 = 50;
+
 /// The decision on `req`. A producer append ahead of its sequence (a gap,
 /// PROTOCOL.md §5.2.1) waits up to `--producer-gap-wait-ms` for the next
 /// append before it, decided again after each commit of its stream: a client that
@@ -211,8 +202,12 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
     }
     // The wait is for the next sequence number: each one that lands starts
     // it again, so a pipeline whose appends commit one after another (each
-    // waits for the one before it) is not refused for its depth.
-    let mut deadline = Instant::now() + wait;
+    // waits for the one before it) is not refused for its depth; in all it
+    // lasts at most `GAP_WAITS` waits (a connection is not held for ever
+    // by an append far ahead of a producer that keeps landing others).
+    let started = Instant::now();
+    let last_deadline = started + wait * GAP_WAITS;
+    let mut deadline = started + wait;
     let mut expected = expected_seq(&action).map(str::to_string);
     // The append waits on this incarnation only: one created at the key
     // after it expired or was deleted is another stream (a 404 for it).
@@ -233,7 +228,7 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
         let now_expected = expected_seq(&action);
         if now_expected.is_some() && now_expected != expected.as_deref() {
             expected = now_expected.map(str::to_string);
-            deadline = Instant::now() + wait;
+            deadline = (Instant::now() + wait).min(last_deadline);
         }
     }
     shard.waiters.release(req.key, audience);
@@ -289,6 +284,27 @@ pub async fn refused_before_body(
     Some(advertised(shard, key, shard.when_committed(refusal).await))
 }
 
+/// Before a stream's sub-resource is served: its read or write slides
+/// `Stream-TTL` as the base's do (bootstrap, snapshot and retention here;
+/// append-batch and attrs on their own paths), then a soft-deleted stream
+/// is 410 (PROTOCOL.md §4.2: "for all client-facing operations"), also
+/// when a DELETE soft-deleted it during the slide's wait.
+async fn extension_preamble(
+    shard: &Shard,
+    method: Method,
+    key: &str,
+    resource: &str,
+) -> Option<Response> {
+    let slides = matches!(resource, "bootstrap" | "snapshot" | "retention")
+        || resource.starts_with("snapshot/")
+        || resource.starts_with("retention/");
+    if slides {
+        slide_ttl(shard, key, method).await;
+    }
+    let gone = protocol::fork::soft_deleted_refusal(&shard.table.borrow(), key, false)?;
+    Some(advertised(shard, key, gone))
+}
+
 /// Slides `key`'s `Stream-TTL` for a read or write (PROTOCOL.md §5.1:
 /// "each read or write operation resets the expiry countdown"; HEAD does
 /// not; the extensions defer to the base), an expired stream reaped first.
@@ -326,7 +342,8 @@ async fn stream_request(
 ) -> bool {
     let is_head = sr.head.method == Method::Head;
     // Reads and writes slide `Stream-TTL`: of a stream, GET and POST (a PUT
-    // creates, or re-states a stream unchanged); of its attributes, all.
+    // creates, or re-states a stream unchanged); of its attributes, every
+    // method `slide_ttl` counts (all but HEAD and OPTIONS).
     if sr.attrs || matches!(sr.head.method, Method::Get | Method::Post) {
         slide_ttl(shard, sr.key, sr.head.method).await;
     }
