@@ -8,11 +8,25 @@
 mod common;
 mod restart_helpers;
 
+use std::sync::Barrier;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Server, req};
+use common::{Conn, Server, req};
 use restart_helpers::{TEXT, producer_post};
+
+/// Producer `p`'s append `seq` (epoch 0) of `<seq>` on `conn`: its status.
+fn send(conn: &mut Conn, path: &str, seq: u64) -> u16 {
+    let seq_text = seq.to_string();
+    let headers = [
+        ("Content-Type", TEXT),
+        ("Producer-Id", "p"),
+        ("Producer-Epoch", "0"),
+        ("Producer-Seq", seq_text.as_str()),
+    ];
+    let body = format!("<{seq}>");
+    conn.request("POST", path, &headers, body.as_bytes()).status
+}
 
 /// Producer `p`'s append `seq` (epoch 0) of `<seq>`.
 fn append(s: &Server, path: &str, seq: u64) -> common::Response {
@@ -62,21 +76,32 @@ fn a_gap_nothing_fills_is_409_after_the_wait() {
 #[test]
 fn a_pipeline_deeper_than_one_wait_lands_whole() {
     const DEPTH: u64 = 300;
-    const WAIT: Duration = Duration::from_millis(250);
+    const WAIT: Duration = Duration::from_millis(100);
     let wait = WAIT.as_millis().to_string();
     let s = Server::start(&["--cores", "2", "--producer-gap-wait-ms", &wait]);
     let path = "/v1/stream/deep";
     let text = [("Content-Type", TEXT)];
     assert_eq!(req(s.addr, "PUT", path, &text, b"").status, 201);
-    let s = &s;
+    // Connected first, then sent at once: each early append's first wait
+    // starts when it arrives, not while the others' threads start.
+    let all_connected = Barrier::new(DEPTH as usize);
+    let (s, all_connected) = (&s, &all_connected);
     let took = thread::scope(|scope| {
         let early: Vec<_> = (1..DEPTH)
             .rev()
-            .map(|seq| scope.spawn(move || (seq, append(s, path, seq).status)))
+            .map(|seq| {
+                scope.spawn(move || {
+                    let mut conn = Conn::open(s.addr);
+                    all_connected.wait();
+                    (seq, send(&mut conn, path, seq))
+                })
+            })
             .collect();
-        thread::sleep(Duration::from_millis(50));
+        let mut first = Conn::open(s.addr);
+        all_connected.wait();
+        thread::sleep(Duration::from_millis(20));
         let started = Instant::now();
-        assert_eq!(append(s, path, 0).status, 200);
+        assert_eq!(send(&mut first, path, 0), 200);
         for early in early {
             let (seq, status) = early.join().unwrap();
             assert_eq!(status, 200, "seq {seq}");
