@@ -215,16 +215,19 @@ async fn decide(shard: &Shard, attrs: bool, req: &Request<'_>) -> Action {
     let audience = shard.waiters.join(req.key);
     while is_sequence_gap(&action) && !shard.stopping.get() {
         let changed = audience.signal.changed(audience.signal.generation());
-        if monoio::time::timeout_at(deadline.into(), changed)
+        let timed_out = monoio::time::timeout_at(deadline.into(), changed)
             .await
-            .is_err()
-        {
-            break;
-        }
+            .is_err();
+        // Decided again at the deadline too: the append it waits for may
+        // have applied and still be committing (a large body), which wakes
+        // no one yet; the answer then follows it instead of naming it missing.
         action = match shard.table.borrow().get(req.key).map(|s| s.id) == id {
             true => decide_now(),
             false => Action::Reply(not_found("stream not found")),
         };
+        if timed_out {
+            break;
+        }
         let now_expected = expected_seq(&action);
         if now_expected.is_some() && now_expected != expected.as_deref() {
             expected = now_expected.map(str::to_string);
