@@ -397,10 +397,10 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     };
     // A fork that may exist keeps the source, soft-deleted: a soft delete
     // is collected later, a hard one would strand the forks.
-    let forks = count_forks(shard, id).await;
+    let none = no_forks(shard, id).await;
     let (soft, origin) = match shard.table.borrow().get(key) {
         Some(s) if s.id == id && s.soft_deleted => return fork::soft_deleted_reply(false),
-        Some(s) if s.id == id => (!forks.none(), s.fork.clone()),
+        Some(s) if s.id == id => (!none, s.fork.clone()),
         _ => return not_found("stream not found"),
     };
     let (owned, stream_id) = (key.to_string(), id);
@@ -433,34 +433,18 @@ pub async fn delete(shard: &Rc<Shard>, key: &str) -> Response {
     }
 }
 
-/// What a count of a source's forks found.
-struct ForkCount {
-    /// How many forks every shard holds; `None` when a stopped shard did
-    /// not say (it may hold some).
-    counted: Option<usize>,
-    /// Whether a fork planned but not yet applied, which no shard counts,
-    /// may exist: a lease was held, or ended, while the count was made.
-    leased: bool,
-}
-
-impl ForkCount {
-    /// Whether no fork of the source can exist.
-    fn none(&self) -> bool {
-        self.counted == Some(0) && !self.leased
-    }
-}
-
-/// Counts the forks of `source_id` on every shard, watching its leases.
-async fn count_forks(shard: &Shard, source_id: u64) -> ForkCount {
+/// Whether no fork of `source_id` can exist: every shard counts none of
+/// it (a stopped shard that did not answer may hold some), and no fork
+/// planned but not yet applied, which no shard counts, may exist (no lease
+/// was held, or ended, while the counts were gathered).
+async fn no_forks(shard: &Shard, source_id: u64) -> bool {
     let watch = shard.fork_leases.watch(source_id);
     let counts = shard
         .mesh
         .gather(|reply| MeshMsg::ForkRefs { source_id, reply })
         .await;
-    ForkCount {
-        counted: counts.all().map(|each| each.into_iter().sum()),
-        leased: watch.leased(),
-    }
+    let counted: Option<usize> = counts.all().map(|each| each.into_iter().sum());
+    counted == Some(0) && !watch.leased()
 }
 
 /// Deletes the soft-deleted `key` (incarnation `id`) once no fork of it is
@@ -536,8 +520,8 @@ async fn collect_alone(shard: &Shard, key: &str, id: u64) {
         let _ = shard.barrier().await;
         return;
     }
-    let forks = count_forks(shard, id).await;
-    let Some(origin) = soft(shard).filter(|_| forks.none()) else {
+    let none = no_forks(shard, id).await;
+    let Some(origin) = soft(shard).filter(|_| none) else {
         let _ = shard.barrier().await;
         return;
     };
