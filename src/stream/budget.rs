@@ -117,11 +117,6 @@ impl Table {
         self.index_used().saturating_add(bytes) > self.index_budget
     }
 
-    /// What is left of the budget.
-    pub fn index_room(&self) -> u64 {
-        self.index_budget.saturating_sub(self.index_used())
-    }
-
     /// Counts how the stream `key` grew or shrank since it took `before`
     /// (a created stream grows from 0, a deleted one shrinks to 0); the
     /// table calls it around every apply, publish and undo.
