@@ -53,9 +53,8 @@ pub async fn serve(
     if !shard.buckets.borrow().contains_key(bucket) {
         return not_found("bucket not found");
     }
-    let now_ms = shard.reap_if_expired(key);
     // A write slides `Stream-TTL`; its access record is awaited first.
-    shard.touch(key, now_ms).await;
+    super::dispatch::slide_ttl(shard, key, head.method).await;
     let now_ms = shard.reap_if_expired(key);
     let req = Request::sub_resource(head, body, key, now_ms);
     if shard.commit_queue_full() {

@@ -86,7 +86,7 @@ pub async fn handle(
             resource,
             key,
             bucket,
-        } if resource == "snapshot" || resource.starts_with("snapshot/") => {
+        } if names(&resource, "snapshot") => {
             let at = resource.strip_prefix("snapshot/");
             let reply = snapshot::serve(shard, head, &body, &key, &bucket, at).await;
             let reply = snapshot::with_record_bounds(shard, &key, reply);
@@ -103,7 +103,7 @@ pub async fn handle(
             resource,
             key,
             bucket,
-        } if resource == "retention" || resource.starts_with("retention/") => {
+        } if names(&resource, "retention") => {
             let at = resource.strip_prefix("retention/");
             let reply = snapshot::serve_retention(shard, head, &key, &bucket, at).await;
             advertised(shard, &key, reply)
@@ -298,9 +298,8 @@ async fn extension_preamble(
     key: &str,
     resource: &str,
 ) -> Option<Response> {
-    let slides = matches!(resource, "bootstrap" | "snapshot" | "retention")
-        || resource.starts_with("snapshot/")
-        || resource.starts_with("retention/");
+    let slides =
+        resource == "bootstrap" || names(resource, "snapshot") || names(resource, "retention");
     if slides {
         slide_ttl(shard, key, method).await;
     }
@@ -308,12 +307,20 @@ async fn extension_preamble(
     Some(advertised(shard, key, gone))
 }
 
+/// Whether the sub-resource path `resource` is `kind` or one of its items
+/// (`kind/{offset}`).
+fn names(resource: &str, kind: &str) -> bool {
+    resource
+        .strip_prefix(kind)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Slides `key`'s `Stream-TTL` for a read or write (PROTOCOL.md §5.1:
 /// "each read or write operation resets the expiry countdown"; HEAD does
 /// not; the extensions defer to the base), an expired stream reaped first.
 /// The access record is awaited before anything is decided, so the
 /// decision sees the state after it.
-async fn slide_ttl(shard: &Shard, key: &str, method: Method) {
+pub(super) async fn slide_ttl(shard: &Shard, key: &str, method: Method) {
     if !matches!(method, Method::Head | Method::Options) {
         let now_ms = shard.reap_if_expired(key);
         shard.touch(key, now_ms).await;
