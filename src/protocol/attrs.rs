@@ -20,8 +20,7 @@ pub fn canonical(text: &[u8]) -> Result<Vec<u8>, Response> {
     if text.len() > MAX_ATTRS_BYTES {
         return Err(bad_request("stream attributes exceed 16 KiB"));
     }
-    let value: Value = serde_json::from_slice(text)
-        .map_err(|_| bad_request("stream attributes are not valid JSON"))?;
+    let value = parse(text)?;
     let Value::Object(mut object) = value else {
         return Err(bad_request("stream attributes must be a JSON object"));
     };
@@ -42,6 +41,21 @@ pub fn canonical(text: &[u8]) -> Result<Vec<u8>, Response> {
         return Ok(Vec::new());
     }
     Ok(Value::Object(kept).to_string().into_bytes())
+}
+
+/// `text` as one JSON value. The streams' own validator checks it first, so
+/// an attribute document is as deep (`json::MAX_DEPTH`) as an appended
+/// message may be, and a refusal says what is wrong where; serde_json's own
+/// recursion limit (128) is then lifted, the depth being bounded already.
+fn parse(text: &[u8]) -> Result<Value, Response> {
+    let mut scratch = Vec::new();
+    if let Err(e) = super::json::normalize_into(text, true, &mut scratch) {
+        return Err(bad_request(&format!("stream attributes: {e}")));
+    }
+    let mut parser = serde_json::Deserializer::from_slice(text);
+    parser.disable_recursion_limit();
+    let value = serde::Deserialize::deserialize(&mut parser);
+    value.map_err(|_| bad_request("stream attributes are not valid JSON"))
 }
 
 /// The `Stream-Attrs` header of a create, canonical (empty when absent).
@@ -135,6 +149,16 @@ mod tests {
         assert_eq!(canonical(sent).unwrap(), sent);
     }
 
+    /// As deep as an appended message may be (the object and `metadata`
+    /// count): serde_json alone stops at 128.
+    #[test]
+    fn takes_documents_as_deep_as_messages() {
+        let nested = format!("{}1{}", "[".repeat(510), "]".repeat(510));
+        let deep = format!(r#"{{"metadata":{{"k":{nested}}},"extra":{nested}}}"#);
+        let kept = format!(r#"{{"metadata":{{"k":{nested}}}}}"#);
+        assert_eq!(canonical(deep.as_bytes()).unwrap(), kept.as_bytes());
+    }
+
     #[test]
     fn rejects_bad_documents() {
         for bad in [
@@ -145,6 +169,13 @@ mod tests {
         ] {
             assert_eq!(canonical(bad).unwrap_err().status, 400);
         }
+        let deeper = format!(
+            r#"{{"metadata":{{"k":{}1{}}}}}"#,
+            "[".repeat(511),
+            "]".repeat(511)
+        );
+        let refused = canonical(deeper.as_bytes()).unwrap_err();
+        assert!(String::from_utf8_lossy(&refused.body).contains("depth"));
         let big = format!(r#"{{"title":"{}"}}"#, "x".repeat(MAX_ATTRS_BYTES));
         assert_eq!(canonical(big.as_bytes()).unwrap_err().status, 400);
     }
