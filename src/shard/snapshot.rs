@@ -117,6 +117,13 @@ async fn read(shard: &Shard, key: &str, at: &str) -> Response {
         Ok(found) => found,
         Err(reply) => return reply,
     };
+    // The blob is held in memory from its read until the client has it: it
+    // counts against `--max-reply-bytes` before it is read (the answer takes
+    // its own lease as it is sent, with no await between the two).
+    let _lease = match shard.lease_counted_reply(snap.len as usize) {
+        Ok(lease) => lease,
+        Err(busy) => return busy,
+    };
     let Ok(blob) = blobs::read(&blob_file(shard, id, snap.offset), snap.len).await else {
         return not_found("the snapshot was superseded");
     };
