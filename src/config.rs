@@ -358,6 +358,11 @@ impl Config {
         if self.cores == 0 || self.cores > 256 {
             return Err("--cores must be between 1 and 256".into());
         }
+        // An empty path would put the data in whatever directory rill
+        // happens to start in.
+        if self.data_dir.as_os_str().is_empty() {
+            return Err("--data-dir must not be empty".into());
+        }
         if self.long_poll_timeout_ms == 0
             || self.sse_cycle_ms == 0
             || self.idle_timeout_ms == 0
@@ -588,6 +593,9 @@ mod tests {
                 .contains("a share per shard")
         );
         assert!(Config::from_args(&args(&["--cores", "0"])).is_err());
+        let nowhere = Config::from_args(&args(&["--data-dir", ""])).unwrap_err();
+        assert!(nowhere.contains("--data-dir"), "{nowhere}");
+        assert!(Config::from_toml("data_dir = \"\"").is_err());
         assert!(Config::from_args(&args(&["--cores"])).is_err());
         assert!(Config::from_args(&args(&["--listen", "nowhere"])).is_err());
         assert!(Config::from_args(&args(&["--shutdown-timeout-ms", "0"])).is_err());
