@@ -24,6 +24,9 @@ pub struct SharedStep {
     pub chunk: Bytes,
     pub after: SseCursor,
     pub done: bool,
+    /// The reply bytes its window holds (`--max-reply-bytes`), while some
+    /// response still writes it.
+    pub lease: Option<ReplyLease>,
 }
 
 /// What a long-poll body depends on: the stream incarnation, the window

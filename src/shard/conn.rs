@@ -167,7 +167,7 @@ pub fn set_write_limits(stall: Duration, stop: Rc<Signal>, grace: Duration) {
     WRITE_STOP.with(|s| *s.borrow_mut() = Some((stop, grace)));
 }
 
-fn write_stall() -> Duration {
+pub(super) fn write_stall() -> Duration {
     WRITE_STALL.with(Cell::get)
 }
 

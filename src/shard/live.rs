@@ -15,7 +15,8 @@ use bytes::Bytes;
 
 use super::Shard;
 use super::audience::{Audience, BodyKey, SharedBody, SharedStep};
-use super::conn::{respond, respond_shared, responding, send_piece, write_bytes};
+use super::conn::{respond, respond_shared, responding, send_piece, write_bytes, write_stall};
+use super::replies::ReplyLease;
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing, Persistence, Streamed};
@@ -406,12 +407,14 @@ async fn poll_data(
     }
 }
 
-/// Fetches and renders the body of `key`, leasing its bytes when large.
+/// Fetches and renders the body of `key`, leasing its bytes when large:
+/// the window from before it is fetched, the body once it is rendered.
 async fn render_poll_body(
     shard: &Shard,
     plan: &ReadPlan,
     key: BodyKey,
 ) -> Result<SharedBody, Response> {
+    let fetch_lease = shard.lease_counted_reply(window_bytes(key.start, key.fetch_end))?;
     let fetched = store::fetch(shard, &plan.key, key.id, key.start, key.fetch_end)
         .await
         .map_err(fetch_failed)?;
@@ -420,6 +423,8 @@ async fn render_poll_body(
         .get_incarnation(&plan.key, plan.stream_id)
         .ok_or_else(|| vanished(shard, &plan.key))?;
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
+    // No await between the two: the bytes stay counted throughout.
+    drop(fetch_lease);
     let lease = shard.lease_counted_reply(body.len())?;
     let body = Bytes::from(body);
     Ok(SharedBody {
@@ -495,6 +500,9 @@ async fn next_step(
         return Some(Ok(step));
     }
     let (start, end, cut) = window;
+    let Some(lease) = lease_window(shard, window_bytes(start, end)).await else {
+        return Some(Err(()));
+    };
     let id = cursor.plan.stream_id;
     let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
         return Some(Err(()));
@@ -511,7 +519,32 @@ async fn next_step(
         chunk: Bytes::from(chunk),
         after: cursor.clone(),
         done: step.done,
+        lease,
     })))
+}
+
+/// The bytes a window from `start` to `end` takes in memory.
+fn window_bytes(start: u64, end: u64) -> usize {
+    usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX)
+}
+
+/// A lease on the `bytes` of an SSE step's window, taken before it is
+/// fetched (`--max-reply-bytes`). A response under way cannot be answered
+/// 503, so it waits for the budget (other readers finishing, or abandoned
+/// as stalled) as long as a stalled write may wait; `None` past that, or
+/// once the shard stops: the response then ends and its client resumes.
+async fn lease_window(shard: &Shard, bytes: usize) -> Option<Option<ReplyLease>> {
+    const RETRY: Duration = Duration::from_millis(20);
+    let deadline = Instant::now() + write_stall();
+    loop {
+        if let Ok(lease) = shard.lease_counted_reply(bytes) {
+            return Some(lease);
+        }
+        if shard.stopping.get() || Instant::now() >= deadline {
+            return None;
+        }
+        monoio::time::sleep(RETRY).await;
+    }
 }
 
 /// Sends every window available now. `Some(done)` when the response ends
