@@ -170,8 +170,9 @@ OPTIONS:
     --sse-cycle-ms MS           SSE responses end after this long, clients reconnect [default: 60000]
     --max-body-bytes N          largest request body; larger gets 413; at most 1 GiB less room
                                 for its head (one log record) [default: 33554432]
-    --max-head-bytes N          largest request head; larger gets 431 (414 when the
-                                request line alone is longer) [default: 32768]
+    --max-head-bytes N          largest request head, and trailer section of a chunked body;
+                                larger gets 431 (414 when the request line alone is longer)
+                                [default: 32768]
     --max-headers N             most request headers; more gets 431 [default: 100]
     --idle-timeout-ms MS        idle keep-alive connections close; a request head must arrive
                                 whole within it and a stalled body gets 408 [default: 60000]
@@ -391,7 +392,7 @@ impl Config {
         let largest_record = self.max_body_bytes + head_room;
         if largest_record > crate::log::format::MAX_PAYLOAD_BYTES as u64 {
             return Err(format!(
-                "--max-body-bytes must leave room for its head within a log record's {} bytes",
+                "--max-body-bytes plus --max-head-bytes (+ 16 KiB) must fit a log record's {} bytes",
                 crate::log::format::MAX_PAYLOAD_BYTES
             ));
         }

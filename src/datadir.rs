@@ -59,6 +59,9 @@ pub struct DataDir {
 impl DataDir {
     /// Creates (if needed), locks and reads the data dir.
     pub fn open(root: &Path) -> Result<DataDir, String> {
+        if root.exists() && !root.is_dir() {
+            return Err(format!("data dir {} is not a directory", root.display()));
+        }
         fs::create_dir_all(root)
             .map_err(|e| format!("cannot create data dir {}: {e}", root.display()))?;
         let lock = lock(root)?;
@@ -213,5 +216,14 @@ mod tests {
         drop(held);
         assert!(DataDir::open(&dir).is_ok());
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_is_no_data_dir() {
+        let file = temp("file");
+        fs::write(&file, b"").unwrap();
+        let refused = DataDir::open(&file).err().unwrap();
+        assert!(refused.contains("is not a directory"), "{refused}");
+        fs::remove_file(&file).unwrap();
     }
 }

@@ -541,6 +541,27 @@ fn bad_chunk_size_is_400() {
     );
 }
 
+/// Trailer fields are fields: `--max-head-bytes` bounds them, with 431.
+#[test]
+fn trailers_past_the_head_limit_are_431() {
+    let s = Server::start(&["--max-head-bytes", "2048"]);
+    let path = new_stream_path();
+    create(&s, &path, TEXT);
+    let mut c = Conn::open(s.addr);
+    let chunked = [("Content-Type", TEXT), ("Transfer-Encoding", "chunked")];
+    let mut bytes = c.build_request("POST", &path, &chunked, b"");
+    let trailer = format!("X-Note: {}\r\n", "n".repeat(3000));
+    bytes.extend_from_slice(format!("5\r\nhello\r\n0\r\n{trailer}\r\n").as_bytes());
+    c.send_raw(&bytes);
+    assert_status(&mut c, 431, "a 3 KB trailer section");
+    assert_alive(&s);
+    assert_eq!(
+        read_from(s.addr, &path, "-1").text(),
+        "",
+        "nothing appended"
+    );
+}
+
 #[test]
 fn non_utf8_percent_encoded_path_is_400() {
     let s = Server::start(&[]);

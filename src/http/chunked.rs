@@ -19,7 +19,8 @@ const MAX_EXT_BYTES: usize = 4096;
 /// upload may tag every chunk, a few bytes of data cannot come wrapped in
 /// megabytes of extensions.
 const MAX_BODY_EXT_BYTES: usize = 64 << 10;
-/// Maximum bytes of the whole trailer section (including line endings).
+/// Maximum bytes of the whole trailer section (including line endings)
+/// unless the server sets its own (`--max-head-bytes`: trailers are fields).
 const MAX_TRAILER_BYTES: usize = 8192;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +67,7 @@ pub struct ChunkedDecoder {
     trailer_colon: bool,
     total: u64,
     max_body_bytes: u64,
+    max_trailer_bytes: usize,
     error: Option<HttpError>,
 }
 
@@ -83,8 +85,15 @@ impl ChunkedDecoder {
             trailer_colon: false,
             total: 0,
             max_body_bytes,
+            max_trailer_bytes: MAX_TRAILER_BYTES,
             error: None,
         }
+    }
+
+    /// Bounds the trailer section at `bytes` (431 past it, as a head).
+    pub fn with_max_trailer_bytes(mut self, bytes: usize) -> Self {
+        self.max_trailer_bytes = bytes;
+        self
     }
 
     /// Consumes bytes from `input`, appends decoded data to `out`. Returns how many input bytes were consumed.
@@ -191,8 +200,8 @@ impl ChunkedDecoder {
 
     fn count_trailer_bytes(&mut self, n: usize) -> Result<(), HttpError> {
         self.trailer_bytes = self.trailer_bytes.saturating_add(n);
-        if self.trailer_bytes > MAX_TRAILER_BYTES {
-            return Err(HttpError::Malformed("trailers too large"));
+        if self.trailer_bytes > self.max_trailer_bytes {
+            return Err(HttpError::TrailersTooLarge);
         }
         Ok(())
     }
@@ -544,22 +553,24 @@ mod tests {
             input.extend_from_slice(b"X-Trailer: value\r\n");
         }
         input.extend_from_slice(b"\r\n");
-        assert_eq!(
-            whole(&input),
-            Err(HttpError::Malformed("trailers too large"))
-        );
+        assert_eq!(whole(&input), Err(HttpError::TrailersTooLarge));
         let mut short_lines = b"0\r\n".to_vec();
         for _ in 0..5000 {
             short_lines.extend_from_slice(b"x:\r\n");
         }
-        assert_eq!(
-            whole(&short_lines),
-            Err(HttpError::Malformed("trailers too large"))
-        );
+        assert_eq!(whole(&short_lines), Err(HttpError::TrailersTooLarge));
         let mut ok = b"0\r\na:".to_vec();
         ok.extend_from_slice(&[b'a'; 7998]);
         ok.extend_from_slice(b"\r\n\r\n");
         assert!(whole(&ok).map(|r| r.2).unwrap());
+        let mut tight = ChunkedDecoder::new(MAX).with_max_trailer_bytes(64);
+        let mut out = Vec::new();
+        let long = format!("0\r\na:{}\r\n\r\n", "a".repeat(64));
+        assert_eq!(
+            tight.decode(long.as_bytes(), &mut out),
+            Err(HttpError::TrailersTooLarge)
+        );
+        assert_eq!(HttpError::TrailersTooLarge.status(), 431);
     }
 
     #[test]

@@ -143,6 +143,8 @@ pub enum HttpError {
     /// The request line alone filled the head limit (RFC 9112 §3: 414).
     TargetTooLong,
     TooManyHeaders,
+    /// A chunked body's trailer section passed the head limit.
+    TrailersTooLarge,
     BodyTooLarge,
     Malformed(&'static str),
     UnsupportedTransferEncoding,
@@ -154,6 +156,7 @@ impl HttpError {
     pub fn status(&self) -> u16 {
         match self {
             HttpError::HeadTooLarge | HttpError::TooManyHeaders => 431,
+            HttpError::TrailersTooLarge => 431,
             HttpError::TargetTooLong => 414,
             HttpError::BodyTooLarge => 413,
             HttpError::Malformed(_) => 400,
@@ -169,6 +172,7 @@ impl HttpError {
             HttpError::HeadTooLarge => "head_too_large",
             HttpError::TargetTooLong => "uri_too_long",
             HttpError::TooManyHeaders => "too_many_headers",
+            HttpError::TrailersTooLarge => "trailers_too_large",
             HttpError::BodyTooLarge => "body_too_large",
             HttpError::Malformed(_) => "malformed_request",
             HttpError::UnsupportedTransferEncoding => "unsupported_transfer_encoding",
@@ -182,6 +186,9 @@ impl HttpError {
             HttpError::HeadTooLarge => "request head exceeds the size limit".to_owned(),
             HttpError::TargetTooLong => "request target exceeds the head size limit".to_owned(),
             HttpError::TooManyHeaders => "request has too many header fields".to_owned(),
+            HttpError::TrailersTooLarge => {
+                "request trailer fields exceed the head size limit".to_owned()
+            }
             HttpError::BodyTooLarge => "request body exceeds the size limit".to_owned(),
             HttpError::Malformed(why) => format!("malformed request: {why}"),
             HttpError::UnsupportedTransferEncoding => {

@@ -181,7 +181,8 @@ async fn read_chunked(
     limits: &Limits,
     pace: &Pace<'_>,
 ) -> Result<(Vec<u8>, BodyLeases), Response> {
-    let mut decoder = ChunkedDecoder::new(limits.max_body_bytes);
+    let mut decoder =
+        ChunkedDecoder::new(limits.max_body_bytes).with_max_trailer_bytes(limits.max_head_bytes);
     let mut body = Vec::new();
     let mut arrived = buf.len() as u64;
     loop {
