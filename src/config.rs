@@ -211,9 +211,10 @@ OPTIONS:
                                 with Retry-After [default: 1073741824]
     --max-producer-id-bytes N   longest Producer-Id; longer ones get 431 [default: 256]
     --max-producers-per-stream N
-                                producer ids a stream remembers (about 400 B each plus the
-                                id; at most as many as fit half a segment at the longest
-                                id); an append of a new one beyond gets 429 [default: 10000]
+                                producer ids a stream remembers (counted in the index
+                                budget as ~1.1 KB each; at most as many as fit half a segment
+                                at the longest id); an append of a new one beyond gets 429
+                                [default: 10000]
     --access-log BOOL           true: log one line per answered request (method, path,
                                 status, microseconds) [default: false]
     -h, --help                  print this help
