@@ -25,6 +25,7 @@ pub mod replies;
 pub mod signal;
 pub mod slices;
 pub mod snapshot;
+pub mod sse_live;
 pub mod startup;
 pub mod store;
 pub mod writer;
