@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::sse::Sse;
 use common::{Conn, Server, enc, req};
 
 /// Position-dependent bytes (every byte value occurs).
@@ -124,4 +125,42 @@ fn sse_steps_wait_for_the_budget_before_fetching() {
         assert!(std::time::Instant::now() < deadline, "budget never let go");
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
+}
+
+/// An SSE response that cannot get the budget waits its turn, but not
+/// past its cycle: it then ends cleanly (a control event saying where to
+/// resume, then the chunked terminator) instead of being cut off. Here a
+/// reader that stopped reading holds the whole budget (a stalled write
+/// keeps it for `--idle-timeout-ms`), and a catch-up is refused 503.
+#[test]
+fn an_sse_response_kept_waiting_ends_with_its_cycle() {
+    let mut s = Server::start(&[
+        "--cores",
+        "1",
+        "--max-reply-bytes",
+        "524288",
+        "--sse-cycle-ms",
+        "1500",
+        "--idle-timeout-ms",
+        "30000",
+    ]);
+    logged_stream(&mut s, "/v1/stream/hogged");
+    let mut hog = Conn::open(s.addr);
+    hog.send_raw(b"GET /v1/stream/hogged?offset=-1&live=sse HTTP/1.1\r\nHost: x\r\n\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut waiting = Sse::open(s.addr, "/v1/stream/hogged?offset=-1&live=sse");
+    assert_eq!(waiting.head.status, 200);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let r = req(s.addr, "GET", "/v1/stream/hogged?offset=-1", &[], b"");
+    assert_eq!(r.status, 503, "{}", r.text());
+    let wait = std::time::Duration::from_secs(10);
+    let control = waiting.expect("control", wait);
+    let json = control.json();
+    assert_eq!(
+        json["streamNextOffset"],
+        "0000000000000000_0000000000000000"
+    );
+    assert_eq!(json.get("upToDate"), None, "{json}");
+    assert!(waiting.next(wait).is_none(), "the response ends");
+    drop(hog);
 }

@@ -278,6 +278,24 @@ impl SseCursor {
         }
     }
 
+    /// The response ends before the tail (its cycle is over, the shard
+    /// stops, or the reply budget stayed spent): every data event went out
+    /// with its control, which says where the client resumes; a response
+    /// that sent none yet sends that control now.
+    pub fn pause(&mut self, stream: Option<&Stream>, now_ms: u64) -> SseStep {
+        let mut out = Vec::new();
+        if let Some(stream) = stream
+            && !self.announced
+        {
+            let up_to_date = self.next >= stream.tail();
+            self.write_control(&mut out, stream, self.next, up_to_date, now_ms);
+        }
+        SseStep {
+            bytes: out,
+            done: false,
+        }
+    }
+
     fn write_control(
         &mut self,
         out: &mut Vec<u8>,
@@ -472,6 +490,33 @@ mod tests {
             assert!(cursor > 1000 && cursor >= last, "{cursor} after {last}");
             last = cursor;
         }
+    }
+
+    /// A response that ends before the tail says where to resume (not
+    /// up to date) once: after a data event, its control said it already.
+    #[test]
+    fn a_pause_announces_the_resume_offset_once() {
+        let table = text_table(b"abcdef");
+        let plan = ReadPlan {
+            key: "k".into(),
+            stream_id: 0,
+            surface: Surface::V1,
+            mode: LiveMode::Sse,
+            start: 2,
+            cursor: None,
+            max_bytes: None,
+            records: None,
+            past_tail: false,
+            from_now: false,
+        };
+        let stream = table.get("k");
+        let mut sse = SseCursor::new(plan, 0);
+        let text = String::from_utf8(sse.pause(stream, 0).bytes).unwrap();
+        assert!(text.starts_with("event: control\n"), "{text}");
+        assert!(text.contains("\"streamNextOffset\":\"0000000000000000_0000000000000002\""));
+        assert!(!text.contains("upToDate"), "{text}");
+        assert_eq!(sse.pause(stream, 0), SseStep::default(), "said once");
+        assert_eq!(sse.pause(None, 0), SseStep::default(), "gone");
     }
 
     #[test]

@@ -140,8 +140,35 @@ impl Shard {
 
     /// A lease on `bytes` of this shard's share of `--max-reply-bytes`.
     pub fn lease_reply(&self, bytes: u64) -> Option<replies::ReplyLease> {
-        let limit = self.config.max_reply_bytes / self.config.cores as u64;
-        self.replies.lease(bytes, limit)
+        self.replies.lease(bytes, self.reply_limit())
+    }
+
+    /// This shard's share of `--max-reply-bytes`.
+    fn reply_limit(&self) -> u64 {
+        self.config.max_reply_bytes / self.config.cores as u64
+    }
+
+    /// The lease a reply that cannot be refused (an SSE response under
+    /// way) takes on `bytes`: none under `replies::COUNTED_BYTES`; past the
+    /// budget, a turn in its queue to wait with (`turn`, when it waited
+    /// already, keeps its place).
+    pub fn lease_in_turn(
+        &self,
+        bytes: usize,
+        turn: Option<replies::Turn>,
+    ) -> Result<Option<replies::ReplyLease>, replies::Turn> {
+        if bytes < replies::COUNTED_BYTES {
+            return Ok(None);
+        }
+        let (bytes, limit) = (bytes as u64, self.reply_limit());
+        match turn {
+            Some(turn) => turn.lease(bytes, limit).map(Some),
+            None => self
+                .replies
+                .lease(bytes, limit)
+                .map(Some)
+                .ok_or_else(|| self.replies.queue()),
+        }
     }
 
     /// The lease a reply body of `bytes` takes: none under

@@ -7,10 +7,16 @@
 //! `conn::write_bytes`). Request bodies take leases on a budget of their
 //! own (`--max-request-bytes`) while they arrive and are handled: a client
 //! could otherwise open many connections and send each a large body slowly.
+//! An SSE response under way cannot be answered 503: it queues for the
+//! budget (`Turn`), first come first served, and while any does, new
+//! counted leases are refused so that a stream of catch-ups cannot starve
+//! it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 
+use super::signal::{Changed, Signal};
 use crate::protocol::Response;
 use crate::protocol::response::retry_soon;
 
@@ -21,6 +27,18 @@ pub const COUNTED_BYTES: usize = 64 << 10;
 #[derive(Default)]
 pub struct ReplyBudget {
     held: Cell<u64>,
+    /// The tickets of the turns waiting, oldest first.
+    queue: RefCell<VecDeque<u64>>,
+    next_ticket: Cell<u64>,
+    /// Moves on when bytes come back or the queue's head leaves.
+    moved: Rc<Signal>,
+}
+
+/// A place in the queue for the budget; leaving it (dropped) lets the
+/// next one go.
+pub struct Turn {
+    budget: Rc<ReplyBudget>,
+    ticket: u64,
 }
 
 /// Bytes of one reply held until it is written (or its client is gone);
@@ -40,16 +58,100 @@ impl ReplyBudget {
     /// A further lease for a holder of `mine` bytes already: when it alone
     /// holds the budget it may grow past `limit`, as one large reply may.
     pub fn lease_more(self: &Rc<Self>, bytes: u64, limit: u64, mine: u64) -> Option<ReplyLease> {
+        if !self.queue.borrow().is_empty() {
+            return None;
+        }
+        self.grant(bytes, limit, mine)
+    }
+
+    fn grant(self: &Rc<Self>, bytes: u64, limit: u64, mine: u64) -> Option<ReplyLease> {
         let held = self.held.get();
         debug_assert!(held >= mine, "a holder holds more than the budget");
         if held > mine && held + bytes > limit {
             return None;
         }
-        self.held.set(held + bytes);
-        Some(ReplyLease {
+        Some(self.hold(bytes))
+    }
+
+    /// A lease on `bytes` already in memory: counted whatever the limit,
+    /// so that others wait for them.
+    pub fn hold(self: &Rc<Self>, bytes: u64) -> ReplyLease {
+        self.held.set(self.held.get() + bytes);
+        ReplyLease {
             budget: self.clone(),
             bytes,
-        })
+        }
+    }
+
+    /// A place at the end of the queue.
+    pub fn queue(self: &Rc<Self>) -> Turn {
+        let ticket = self.next_ticket.get();
+        self.next_ticket.set(ticket + 1);
+        self.queue.borrow_mut().push_back(ticket);
+        Turn {
+            budget: self.clone(),
+            ticket,
+        }
+    }
+
+    /// How many turns wait.
+    pub fn queued(&self) -> usize {
+        self.queue.borrow().len()
+    }
+}
+
+impl Turn {
+    /// The lease on `bytes` once this turn heads the queue and they fit
+    /// (as `ReplyBudget::lease` would); the turn is then over. `Err` gives
+    /// the turn back, still in its place.
+    pub fn lease(self, bytes: u64, limit: u64) -> Result<ReplyLease, Turn> {
+        let head = self.budget.queue.borrow().front() == Some(&self.ticket);
+        match head.then(|| self.budget.grant(bytes, limit, 0)).flatten() {
+            Some(lease) => Ok(lease),
+            None => Err(self),
+        }
+    }
+
+    /// Completes once bytes came back or the queue moved since now.
+    pub fn moved(&self) -> Changed {
+        let moved = &self.budget.moved;
+        moved.changed(moved.generation())
+    }
+}
+
+impl std::fmt::Debug for Turn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Turn({})", self.ticket)
+    }
+}
+
+impl std::fmt::Debug for ReplyLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ReplyLease({} bytes)", self.bytes)
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut queue = self.budget.queue.borrow_mut();
+        let at = queue.iter().position(|&t| t == self.ticket);
+        debug_assert!(at.is_some(), "a turn left the queue twice");
+        queue.remove(at.unwrap_or(usize::MAX));
+        drop(queue);
+        // Only the head's leaving lets another go.
+        if at == Some(0) {
+            self.budget.moved.notify();
+        }
+    }
+}
+
+impl ReplyLease {
+    /// Counts the lease as `bytes` when it holds more now (a rendered
+    /// event larger than the window it was leased for).
+    pub fn grow_to(&mut self, bytes: u64) {
+        let more = bytes.saturating_sub(self.bytes);
+        self.budget.held.set(self.budget.held.get() + more);
+        self.bytes += more;
     }
 }
 
@@ -58,6 +160,9 @@ impl Drop for ReplyLease {
         let held = self.budget.held.get();
         debug_assert!(held >= self.bytes, "reply budget underflow");
         self.budget.held.set(held.saturating_sub(self.bytes));
+        if !self.budget.queue.borrow().is_empty() {
+            self.budget.moved.notify();
+        }
     }
 }
 
@@ -100,5 +205,50 @@ mod tests {
         let other = budget.lease(30, 60).unwrap();
         assert!(budget.lease_more(40, 60, 0).is_none());
         drop(other);
+    }
+
+    #[test]
+    fn turns_are_served_in_order_and_hold_off_new_leases() {
+        let budget = Rc::new(ReplyBudget::default());
+        let first = budget.lease(50, 60).unwrap();
+        assert!(budget.lease(20, 60).is_none());
+        let a = budget.queue();
+        let b = budget.queue();
+        let b = b.lease(5, 60).expect_err("b is not the head");
+        assert!(budget.lease(5, 60).is_none(), "turns wait: no cutting in");
+        let a = a.lease(20, 60).expect_err("20 do not fit yet");
+        let seen = budget.moved.generation();
+        drop(first);
+        assert_ne!(budget.moved.generation(), seen, "bytes came back");
+        let a_lease = a.lease(20, 60).expect("a heads and fits");
+        assert_eq!(budget.queued(), 1);
+        let b_lease = b.lease(40, 60).expect("b heads now and fits");
+        assert_eq!(budget.queued(), 0);
+        assert!(budget.lease(1, 60).is_none(), "60 held");
+        drop((a_lease, b_lease));
+        assert!(budget.lease(60, 60).is_some(), "all given back");
+    }
+
+    #[test]
+    fn a_turn_that_leaves_lets_the_next_head_go() {
+        let budget = Rc::new(ReplyBudget::default());
+        let held = budget.lease(60, 60).unwrap();
+        let (a, b, c) = (budget.queue(), budget.queue(), budget.queue());
+        let seen = budget.moved.generation();
+        drop(b);
+        assert_eq!(budget.queued(), 2);
+        assert_eq!(budget.moved.generation(), seen, "not the head: no wake-up");
+        let seen = budget.moved.generation();
+        drop(a);
+        assert_ne!(budget.moved.generation(), seen, "the head left");
+        drop(held);
+        let mut lease = c.lease(10, 60).expect("c heads");
+        lease.grow_to(30);
+        assert!(budget.lease(31, 60).is_none(), "the growth is counted");
+        let rest = budget.lease(30, 60).expect("30 are left");
+        let counted = budget.hold(100);
+        assert!(budget.lease(1, 60).is_none());
+        drop((lease, rest, counted));
+        assert!(budget.lease(60, 60).is_some(), "all given back");
     }
 }

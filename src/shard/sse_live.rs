@@ -14,13 +14,16 @@ use super::Shard;
 use super::audience::{Audience, SharedStep};
 use super::conn::{respond, responding, send_piece, write_bytes, write_stall};
 use super::live::{expiry, vanished, window_bytes};
-use super::replies::ReplyLease;
+use super::replies::{COUNTED_BYTES, ReplyLease, Turn};
 use super::store;
 use crate::clock;
 use crate::http::render::{self, Persistence, Streamed};
 use crate::metrics::Mode;
+use crate::protocol::content_type;
 use crate::protocol::read::{self, ReadPlan};
 use crate::protocol::sse::{self, SseCursor};
+use crate::protocol::window::Cut;
+use crate::stream::Stream;
 
 pub(super) async fn serve(
     shard: &Rc<Shard>,
@@ -65,90 +68,187 @@ pub(super) async fn serve(
     ok && write_bytes(socket, streamed.end().to_vec()).await && keep.alive() && !ended
 }
 
+/// What `next_step` found.
+enum Next {
+    /// The step to write, shared with the audience.
+    Step(Rc<SharedStep>),
+    /// Nothing past the cursor, or the stream is gone.
+    CaughtUp,
+    /// The response should end here and its client resume: its window's
+    /// bytes did not come free within `until`, or the shard stops.
+    Pause,
+    /// The log failed.
+    Failed,
+}
+
 /// The next step for `cursor`: the audience's shared step when another
 /// response already rendered it, otherwise fetched, rendered and shared.
-/// `None` when the stream is gone or has nothing past the cursor; `Err`
-/// when the log failed.
+/// Its window is leased before it is fetched (`--max-reply-bytes`); a
+/// response under way cannot be answered 503, so past the budget it waits
+/// its turn (`replies::Turn`) up to `until`, planning anew after each wait
+/// (the window may have grown, or another response rendered it).
 async fn next_step(
     shard: &Shard,
     cursor: &mut SseCursor,
     audience: &Audience,
-) -> Option<Result<Rc<SharedStep>, ()>> {
-    let now_ms = clock::now_ms();
-    let (window, key) = {
-        let table = shard.table.borrow();
-        // Expired, it is gone: what is left unsent is not served (§5.1).
-        let stream = table.get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms)?;
-        let window = cursor.next_window(stream)?;
-        (window, cursor.step_key(stream, window, now_ms))
-    };
-    if let Some(step) = audience.step(&key) {
-        cursor.follow(&step.after);
-        return Some(Ok(step));
+    until: Instant,
+) -> Next {
+    let mut turn = None;
+    loop {
+        let now_ms = clock::now_ms();
+        let (window, key, bytes) = {
+            let table = shard.table.borrow();
+            // Expired, it is gone: what is left unsent is not served (§5.1).
+            let stream = table.get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms);
+            let Some((stream, window)) = stream.and_then(|s| Some((s, cursor.next_window(s)?)))
+            else {
+                return Next::CaughtUp;
+            };
+            let bytes = rendered_bytes(stream, window_bytes(window.0, window.1));
+            (window, cursor.step_key(stream, window, now_ms), bytes)
+        };
+        if let Some(step) = audience.step(&key) {
+            cursor.follow(&step.after);
+            return Next::Step(step);
+        }
+        match shard.lease_in_turn(bytes, turn.take()) {
+            Ok(lease) => return fetch_step(shard, cursor, audience, window, lease).await,
+            Err(waiting) => turn = Some(waiting),
+        }
+        let waiting = turn.as_ref().expect("a turn in the queue");
+        if !wait_turn(shard, waiting, until).await {
+            return Next::Pause;
+        }
     }
-    let (start, end, cut) = window;
-    let Some(lease) = lease_window(shard, window_bytes(start, end)).await else {
-        return Some(Err(()));
+}
+
+/// The bytes the step for a window of `raw` bytes holds: base64 takes
+/// 4/3 of them (PROTOCOL.md §5.7); framing is counted once rendered.
+fn rendered_bytes(stream: &Stream, raw: usize) -> usize {
+    match content_type::is_sse_text(&stream.content_type) {
+        true => raw,
+        false => raw.div_ceil(3).saturating_mul(4),
+    }
+}
+
+/// Waits until the reply budget moves (bytes given back, or the queue's
+/// head left); `false` at `until` or when the shard stops.
+async fn wait_turn(shard: &Shard, turn: &Turn, until: Instant) -> bool {
+    if shard.stopping.get() || Instant::now() >= until {
+        return false;
+    }
+    let stop = shard.stop.changed(shard.stop.generation());
+    let moved = monoio::select! {
+        biased;
+        _ = stop => false,
+        _ = turn.moved() => true,
+        _ = monoio::time::sleep_until(until.into()) => false,
     };
-    let id = cursor.plan.stream_id;
-    let Ok(fetched) = store::fetch(shard, &cursor.plan.key, id, start, end).await else {
-        return Some(Err(()));
+    moved && !shard.stopping.get()
+}
+
+/// Fetches, renders and shares the step for `window`, leased by `lease`.
+async fn fetch_step(
+    shard: &Shard,
+    cursor: &mut SseCursor,
+    audience: &Audience,
+    (start, end, cut): (u64, u64, Cut),
+    lease: Option<ReplyLease>,
+) -> Next {
+    let now_ms = clock::now_ms();
+    let (key, id) = (&cursor.plan.key, cursor.plan.stream_id);
+    let Ok(fetched) = store::fetch(shard, key, id, start, end).await else {
+        return Next::Failed;
     };
     let table = shard.table.borrow();
-    let stream = table.get_incarnation(&cursor.plan.key, cursor.plan.stream_id)?;
+    let Some(stream) = table.get_incarnation(key, id) else {
+        return Next::CaughtUp;
+    };
     // The fetch may have waited for the log: the key must still hold.
-    let key = cursor.step_key(stream, window, now_ms);
+    let key = cursor.step_key(stream, (start, end, cut), now_ms);
     let step = cursor.emit(stream, cut, &fetched, now_ms);
     let mut chunk = Vec::new();
     render::chunk(&step.bytes, &mut chunk);
-    Some(Ok(audience.share(SharedStep {
+    let lease = count_rendered(shard, lease, chunk.len());
+    Next::Step(audience.share(SharedStep {
         key,
         chunk: Bytes::from(chunk),
         after: cursor.clone(),
         done: step.done,
         lease,
-    })))
+    }))
 }
 
-/// A lease on the `bytes` of an SSE step's window, taken before it is
-/// fetched (`--max-reply-bytes`). A response under way cannot be answered
-/// 503, so it waits for the budget (other readers finishing, or abandoned
-/// as stalled) as long as a stalled write may wait; `None` past that, or
-/// once the shard stops: the response then ends and its client resumes.
-async fn lease_window(shard: &Shard, bytes: usize) -> Option<Option<ReplyLease>> {
-    const RETRY: Duration = Duration::from_millis(20);
-    let deadline = Instant::now() + write_stall();
-    loop {
-        if let Ok(lease) = shard.lease_counted_reply(bytes) {
-            return Some(lease);
+/// The lease on a rendered chunk of `bytes`: the window's, grown to what
+/// the chunk holds when its framing made it larger.
+fn count_rendered(shard: &Shard, lease: Option<ReplyLease>, bytes: usize) -> Option<ReplyLease> {
+    let bytes = bytes as u64;
+    match lease {
+        Some(mut lease) => {
+            lease.grow_to(bytes);
+            Some(lease)
         }
-        if shard.stopping.get() || Instant::now() >= deadline {
-            return None;
-        }
-        monoio::time::sleep(RETRY).await;
+        None if bytes >= COUNTED_BYTES as u64 => Some(shard.replies.hold(bytes)),
+        None => None,
     }
 }
 
-/// Sends every window available now. `Some(done)` when the response ends
-/// (`done` false when the client went away or the log failed).
+/// How a run of windows ended.
+enum Drained {
+    /// The response ends: `true` after the stream's final event, `false`
+    /// when the client went away or the log failed.
+    Ended(bool),
+    /// Every window available now went out.
+    CaughtUp,
+    /// The response should end before the tail (`Next::Pause`), or its
+    /// cycle is over, or the shard stops.
+    Pause,
+}
+
+/// Sends every window available now, up to the end of the cycle.
 async fn drain(
     shard: &Shard,
     (socket, streamed): (&mut TcpStream, Streamed),
     cursor: &mut SseCursor,
-    audience: &Audience,
-) -> Option<bool> {
+    (audience, cycle_end): (&Audience, Instant),
+) -> Drained {
     loop {
-        let step = match next_step(shard, cursor, audience).await? {
-            Ok(step) => step,
-            Err(()) => return Some(false),
+        let until = cycle_end.min(Instant::now() + write_stall());
+        let step = match next_step(shard, cursor, audience, until).await {
+            Next::Step(step) => step,
+            Next::CaughtUp => return Drained::CaughtUp,
+            Next::Pause => return Drained::Pause,
+            Next::Failed => return Drained::Ended(false),
         };
         if !step.chunk.is_empty() && !write_bytes(socket, streamed.from_chunk(&step.chunk)).await {
-            return Some(false);
+            return Drained::Ended(false);
         }
         if step.done {
-            return Some(true);
+            return Drained::Ended(true);
+        }
+        // A reader far behind ends its cycle, and stops with the shard,
+        // as a caught-up one does (`--sse-cycle-ms`).
+        if shard.stopping.get() || Instant::now() >= cycle_end {
+            return Drained::Pause;
         }
     }
+}
+
+/// Ends a response before the tail: its last control event (sent after
+/// every data event) says where the client resumes; one goes out when
+/// none did yet.
+async fn pause(
+    shard: &Shard,
+    (socket, streamed): (&mut TcpStream, Streamed),
+    cursor: &mut SseCursor,
+) -> bool {
+    let now_ms = clock::now_ms();
+    let step = {
+        let table = shard.table.borrow();
+        let stream = table.get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms);
+        cursor.pause(stream, now_ms)
+    };
+    send_piece(socket, streamed, &step.bytes).await
 }
 
 /// How often an idle SSE response sends a control event: the long-poll
@@ -179,8 +279,11 @@ async fn stream_events(
     let mut timed_out = false;
     loop {
         let seen = signal.generation();
-        if let Some(ok) = drain(shard, (&mut *socket, streamed), &mut cursor, audience).await {
-            return ok;
+        let io = (&mut *socket, streamed);
+        match drain(shard, io, &mut cursor, (audience, cycle_end)).await {
+            Drained::Ended(ok) => return ok,
+            Drained::Pause => return pause(shard, (socket, streamed), &mut cursor).await,
+            Drained::CaughtUp => {}
         }
         let now_ms = clock::now_ms();
         let step = cursor.idle(
