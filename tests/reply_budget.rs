@@ -93,7 +93,34 @@ fn long_polls_lease_their_window_before_fetching_it() {
     for mut reader in readers {
         let r = reader.read_response();
         match r.status {
-            200 => assert_eq!(r.body, payload(1 << 20).repeat(4)),
+            200 => assert!(r.body == payload(1 << 20).repeat(4), "{}", r.body.len()),
+            503 => assert!(r.text().contains("replies_backlogged")),
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    let grown = peak_rss(s.pid()).saturating_sub(before);
+    assert!(grown < 64 << 20, "peak memory grew by {grown} bytes");
+}
+
+/// A catch-up fetches its window before it is rendered and sent: it is
+/// leased before the fetch, so a burst gets 503s past the budget instead of
+/// a fetched window each that is then refused (~400 MB for 100 readers).
+#[test]
+fn catch_ups_lease_their_window_before_fetching_it() {
+    let mut s = Server::start(&["--cores", "1", "--max-reply-bytes", "6291456"]);
+    let before = logged_stream(&mut s, "/v1/stream/caught");
+    // The stream's last 4 MiB: one window (more is answered whole, window
+    // by window under one window's lease).
+    let readers = burst(
+        &s,
+        "/v1/stream/caught",
+        "offset=0000000000000000_0000000004194304",
+    );
+    let last = payload(1 << 20).repeat(4);
+    for mut reader in readers {
+        let r = reader.read_response();
+        match r.status {
+            200 => assert!(r.body == last, "{} bytes", r.body.len()),
             503 => assert!(r.text().contains("replies_backlogged")),
             other => panic!("unexpected status {other}"),
         }
@@ -128,10 +155,11 @@ fn sse_steps_wait_for_the_budget_before_fetching() {
 }
 
 /// An SSE response that cannot get the budget waits its turn, but not
-/// past its cycle: it then ends cleanly (a control event saying where to
-/// resume, then the chunked terminator) instead of being cut off. Here a
-/// reader that stopped reading holds the whole budget (a stalled write
-/// keeps it for `--idle-timeout-ms`), and a catch-up is refused 503.
+/// past its cycle: meanwhile it sends a keep-alive control each
+/// `--long-poll-timeout-ms` (not up to date: it is behind), then it ends
+/// cleanly (the chunked terminator) instead of being cut off. Here a reader
+/// that stopped reading holds the whole budget (a stalled write keeps it
+/// for `--idle-timeout-ms`), and a catch-up is refused 503.
 #[test]
 fn an_sse_response_kept_waiting_ends_with_its_cycle() {
     let mut s = Server::start(&[
@@ -140,7 +168,9 @@ fn an_sse_response_kept_waiting_ends_with_its_cycle() {
         "--max-reply-bytes",
         "524288",
         "--sse-cycle-ms",
-        "1500",
+        "2000",
+        "--long-poll-timeout-ms",
+        "400",
         "--idle-timeout-ms",
         "30000",
     ]);
@@ -154,13 +184,17 @@ fn an_sse_response_kept_waiting_ends_with_its_cycle() {
     let r = req(s.addr, "GET", "/v1/stream/hogged?offset=-1", &[], b"");
     assert_eq!(r.status, 503, "{}", r.text());
     let wait = std::time::Duration::from_secs(10);
-    let control = waiting.expect("control", wait);
-    let json = control.json();
-    assert_eq!(
-        json["streamNextOffset"],
-        "0000000000000000_0000000000000000"
-    );
-    assert_eq!(json.get("upToDate"), None, "{json}");
-    assert!(waiting.next(wait).is_none(), "the response ends");
+    let mut controls = 0;
+    while let Some(event) = waiting.next(wait) {
+        assert_eq!(event.name, "control", "{event:?}");
+        let json = event.json();
+        assert_eq!(
+            json["streamNextOffset"],
+            "0000000000000000_0000000000000000"
+        );
+        assert_eq!(json.get("upToDate"), None, "{json}");
+        controls += 1;
+    }
+    assert!(controls >= 3, "keep-alives while it waited: {controls}");
     drop(hog);
 }

@@ -278,14 +278,15 @@ impl SseCursor {
         }
     }
 
-    /// The response ends before the tail (its cycle is over, the shard
-    /// stops, or the reply budget stayed spent): every data event went out
-    /// with its control, which says where the client resumes; a response
-    /// that sent none yet sends that control now.
-    pub fn pause(&mut self, stream: Option<&Stream>, now_ms: u64) -> SseStep {
+    /// Where the client resumes, when the response ends before the tail
+    /// (its cycle is over, the shard stops, or the reply budget stayed
+    /// spent) or waits for the budget (`again`: a keep-alive). Every data
+    /// event went out with its control, so a response ending says it only
+    /// when it sent none yet. Up to date only at the tail.
+    pub fn position(&mut self, stream: Option<&Stream>, now_ms: u64, again: bool) -> SseStep {
         let mut out = Vec::new();
         if let Some(stream) = stream
-            && !self.announced
+            && (again || !self.announced)
         {
             let up_to_date = self.next >= stream.tail();
             self.write_control(&mut out, stream, self.next, up_to_date, now_ms);
@@ -495,7 +496,7 @@ mod tests {
     /// A response that ends before the tail says where to resume (not
     /// up to date) once: after a data event, its control said it already.
     #[test]
-    fn a_pause_announces_the_resume_offset_once() {
+    fn a_pause_announces_the_resume_offset_once_a_keepalive_again() {
         let table = text_table(b"abcdef");
         let plan = ReadPlan {
             key: "k".into(),
@@ -511,12 +512,18 @@ mod tests {
         };
         let stream = table.get("k");
         let mut sse = SseCursor::new(plan, 0);
-        let text = String::from_utf8(sse.pause(stream, 0).bytes).unwrap();
+        let text = String::from_utf8(sse.position(stream, 0, false).bytes).unwrap();
         assert!(text.starts_with("event: control\n"), "{text}");
         assert!(text.contains("\"streamNextOffset\":\"0000000000000000_0000000000000002\""));
         assert!(!text.contains("upToDate"), "{text}");
-        assert_eq!(sse.pause(stream, 0), SseStep::default(), "said once");
-        assert_eq!(sse.pause(None, 0), SseStep::default(), "gone");
+        assert_eq!(
+            sse.position(stream, 0, false),
+            SseStep::default(),
+            "said once"
+        );
+        let again = String::from_utf8(sse.position(stream, 0, true).bytes).unwrap();
+        assert_eq!(again, text, "a keep-alive says it again");
+        assert_eq!(sse.position(None, 0, true), SseStep::default(), "gone");
     }
 
     #[test]

@@ -205,14 +205,12 @@ pub async fn respond(
     keep_alive: Persistence,
     head_request: bool,
 ) -> bool {
-    let lease = match head_request {
-        true => Ok(None),
-        false => shard.lease_counted_reply(resp.body.len()),
-    };
-    // Held until the reply is written (this function's end).
-    let (resp, _lease) = match lease {
-        Ok(lease) => (resp, lease),
-        Err(busy) => (busy, None),
+    // The body is in memory already (its read was leased before it, a
+    // catch-up's or a snapshot's): counted until it is written (this
+    // function's end).
+    let _lease = match head_request {
+        true => None,
+        false => shard.hold_reply(resp.body.len()),
     };
     responding(shard, socket, resp.status);
     let vectored = !head_request && resp.body.len() >= VECTORED_BODY_BYTES;

@@ -71,6 +71,12 @@ async fn catch_up(shard: &Shard, plan: &ReadPlan, if_none_match: Option<&str>) -
     let Some((start, end, cut)) = window(shard, plan) else {
         return vanished(shard, &plan.key);
     };
+    // Leased before it is fetched; the answer holds its own lease as it is
+    // sent (`conn::respond`), with no await between the two.
+    let _lease = match shard.lease_counted_reply(window_bytes(start, end)) {
+        Ok(lease) => lease,
+        Err(busy) => return busy,
+    };
     let fetched = match store::fetch(shard, &plan.key, plan.stream_id, start, end).await {
         Ok(bytes) => bytes,
         Err(e) => return fetch_failed(e),
@@ -175,9 +181,9 @@ async fn write_whole_body(
         // A window past the reader's lease (one JSON message longer than a
         // window) leases the rest while it is written.
         let excess = (piece.len() as u64).saturating_sub(MAX_READ_BYTES);
-        let excess_lease = (excess > 0).then(|| shard.lease_reply(excess));
+        let _excess = (excess > 0).then(|| shard.replies.hold(excess));
         written += piece.len() as u64;
-        if matches!(excess_lease, Some(None)) || !write_bytes(socket, piece).await {
+        if !write_bytes(socket, piece).await {
             return None;
         }
         pos = to;
@@ -422,7 +428,7 @@ async fn render_poll_body(
     let (end, body) = read::poll_body(plan, stream, key.cut, &fetched)?;
     // No await between the two: the bytes stay counted throughout.
     drop(fetch_lease);
-    let lease = shard.lease_counted_reply(body.len())?;
+    let lease = shard.hold_reply(body.len());
     let body = Bytes::from(body);
     Ok(SharedBody {
         key,

@@ -148,6 +148,13 @@ impl Shard {
         self.config.max_reply_bytes / self.config.cores as u64
     }
 
+    /// The lease counting a reply body of `bytes` already in memory while
+    /// it is written: none under `replies::COUNTED_BYTES`; never refused
+    /// (reading it was leased, if at all, before).
+    pub fn hold_reply(&self, bytes: usize) -> Option<replies::ReplyLease> {
+        (bytes >= replies::COUNTED_BYTES).then(|| self.replies.hold(bytes as u64))
+    }
+
     /// The lease a reply that cannot be refused (an SSE response under
     /// way) takes on `bytes`: none under `replies::COUNTED_BYTES`; past the
     /// budget, a turn in its queue to wait with (`turn`, when it waited

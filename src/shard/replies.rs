@@ -7,10 +7,12 @@
 //! `conn::write_bytes`). Request bodies take leases on a budget of their
 //! own (`--max-request-bytes`) while they arrive and are handled: a client
 //! could otherwise open many connections and send each a large body slowly.
-//! An SSE response under way cannot be answered 503: it queues for the
-//! budget (`Turn`), first come first served, and while any does, new
-//! counted leases are refused so that a stream of catch-ups cannot starve
-//! it.
+//! Leases are taken before the bytes are read (a gate: refused past the
+//! budget); bytes already in memory are only counted (`hold`). An SSE
+//! response under way cannot be answered 503: it queues for the budget
+//! (`Turn`), first come first served, and while one waits, new leases that
+//! would leave no room for what the queue's head asks are refused, so that
+//! a run of catch-ups cannot starve it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -30,6 +32,8 @@ pub struct ReplyBudget {
     /// The tickets of the turns waiting, oldest first.
     queue: RefCell<VecDeque<u64>>,
     next_ticket: Cell<u64>,
+    /// What the queue's head last asked for and did not get.
+    head_need: Cell<u64>,
     /// Moves on when bytes come back or the queue's head leaves.
     moved: Rc<Signal>,
 }
@@ -58,7 +62,8 @@ impl ReplyBudget {
     /// A further lease for a holder of `mine` bytes already: when it alone
     /// holds the budget it may grow past `limit`, as one large reply may.
     pub fn lease_more(self: &Rc<Self>, bytes: u64, limit: u64, mine: u64) -> Option<ReplyLease> {
-        if !self.queue.borrow().is_empty() {
+        let queued = !self.queue.borrow().is_empty();
+        if queued && self.held.get() + bytes + self.head_need.get() > limit {
             return None;
         }
         self.grant(bytes, limit, mine)
@@ -98,6 +103,15 @@ impl ReplyBudget {
     pub fn queued(&self) -> usize {
         self.queue.borrow().len()
     }
+
+    /// Wakes the turns waiting to look again: something other than the
+    /// budget changed for them (another response shared the step they
+    /// wait to fetch).
+    pub fn nudge(&self) {
+        if self.queued() > 0 {
+            self.moved.notify();
+        }
+    }
 }
 
 impl Turn {
@@ -106,9 +120,15 @@ impl Turn {
     /// the turn back, still in its place.
     pub fn lease(self, bytes: u64, limit: u64) -> Result<ReplyLease, Turn> {
         let head = self.budget.queue.borrow().front() == Some(&self.ticket);
-        match head.then(|| self.budget.grant(bytes, limit, 0)).flatten() {
+        if !head {
+            return Err(self);
+        }
+        match self.budget.grant(bytes, limit, 0) {
             Some(lease) => Ok(lease),
-            None => Err(self),
+            None => {
+                self.budget.head_need.set(bytes);
+                Err(self)
+            }
         }
     }
 
@@ -140,6 +160,7 @@ impl Drop for Turn {
         drop(queue);
         // Only the head's leaving lets another go.
         if at == Some(0) {
+            self.budget.head_need.set(0);
             self.budget.moved.notify();
         }
     }
@@ -215,12 +236,16 @@ mod tests {
         let a = budget.queue();
         let b = budget.queue();
         let b = b.lease(5, 60).expect_err("b is not the head");
-        assert!(budget.lease(5, 60).is_none(), "turns wait: no cutting in");
         let a = a.lease(20, 60).expect_err("20 do not fit yet");
+        assert!(budget.lease(5, 60).is_none(), "turns wait: no cutting in");
+        let small = budget.lease(5, 60);
+        assert!(small.is_none(), "50 + 5 + the head's 20 pass 60");
         let seen = budget.moved.generation();
         drop(first);
         assert_ne!(budget.moved.generation(), seen, "bytes came back");
+        let beside = budget.lease(10, 60).expect("10 + the head's 20 fit");
         let a_lease = a.lease(20, 60).expect("a heads and fits");
+        drop(beside);
         assert_eq!(budget.queued(), 1);
         let b_lease = b.lease(40, 60).expect("b heads now and fits");
         assert_eq!(budget.queued(), 0);

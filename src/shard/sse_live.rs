@@ -12,7 +12,7 @@ use monoio::net::TcpStream;
 
 use super::Shard;
 use super::audience::{Audience, SharedStep};
-use super::conn::{respond, responding, send_piece, write_bytes, write_stall};
+use super::conn::{respond, responding, send_piece, write_bytes};
 use super::live::{expiry, vanished, window_bytes};
 use super::replies::{COUNTED_BYTES, ReplyLease, Turn};
 use super::store;
@@ -74,26 +74,38 @@ enum Next {
     Step(Rc<SharedStep>),
     /// Nothing past the cursor, or the stream is gone.
     CaughtUp,
+    /// Still waiting for the budget at the next keep-alive: the client
+    /// should hear from the response meanwhile.
+    StillWaiting,
     /// The response should end here and its client resume: its window's
-    /// bytes did not come free within `until`, or the shard stops.
+    /// bytes did not come free within its cycle, or the shard stops.
     Pause,
     /// The log failed.
     Failed,
+}
+
+/// When a response waiting for the budget gives up, and when it sends a
+/// keep-alive meanwhile.
+#[derive(Clone, Copy)]
+struct Pace {
+    cycle_end: Instant,
+    keepalive: Duration,
 }
 
 /// The next step for `cursor`: the audience's shared step when another
 /// response already rendered it, otherwise fetched, rendered and shared.
 /// Its window is leased before it is fetched (`--max-reply-bytes`); a
 /// response under way cannot be answered 503, so past the budget it waits
-/// its turn (`replies::Turn`) up to `until`, planning anew after each wait
-/// (the window may have grown, or another response rendered it).
+/// its `turn` (`replies::Turn`, kept across keep-alives), planning anew
+/// after each wake-up (the window may have grown, or another response
+/// rendered it).
 async fn next_step(
     shard: &Shard,
     cursor: &mut SseCursor,
-    audience: &Audience,
-    until: Instant,
+    (audience, turn): (&Audience, &mut Option<Turn>),
+    pace: Pace,
 ) -> Next {
-    let mut turn = None;
+    let until = pace.cycle_end.min(Instant::now() + pace.keepalive);
     loop {
         let now_ms = clock::now_ms();
         let (window, key, bytes) = {
@@ -113,11 +125,14 @@ async fn next_step(
         }
         match shard.lease_in_turn(bytes, turn.take()) {
             Ok(lease) => return fetch_step(shard, cursor, audience, window, lease).await,
-            Err(waiting) => turn = Some(waiting),
+            Err(waiting) => *turn = Some(waiting),
         }
         let waiting = turn.as_ref().expect("a turn in the queue");
         if !wait_turn(shard, waiting, until).await {
-            return Next::Pause;
+            return match shard.stopping.get() || Instant::now() >= pace.cycle_end {
+                true => Next::Pause,
+                false => Next::StillWaiting,
+            };
         }
     }
 }
@@ -131,8 +146,9 @@ fn rendered_bytes(stream: &Stream, raw: usize) -> usize {
     }
 }
 
-/// Waits until the reply budget moves (bytes given back, or the queue's
-/// head left); `false` at `until` or when the shard stops.
+/// Waits until the reply budget moves (bytes given back, the queue's
+/// head left, or a step was shared); `false` at `until` or when the shard
+/// stops.
 async fn wait_turn(shard: &Shard, turn: &Turn, until: Instant) -> bool {
     if shard.stopping.get() || Instant::now() >= until {
         return false;
@@ -170,13 +186,16 @@ async fn fetch_step(
     let mut chunk = Vec::new();
     render::chunk(&step.bytes, &mut chunk);
     let lease = count_rendered(shard, lease, chunk.len());
-    Next::Step(audience.share(SharedStep {
+    let shared = audience.share(SharedStep {
         key,
         chunk: Bytes::from(chunk),
         after: cursor.clone(),
         done: step.done,
         lease,
-    }))
+    });
+    // Responses waiting for the budget may be waiting for this very step.
+    shard.replies.nudge();
+    Next::Step(shared)
 }
 
 /// The lease on a rendered chunk of `bytes`: the window's, grown to what
@@ -210,13 +229,23 @@ async fn drain(
     shard: &Shard,
     (socket, streamed): (&mut TcpStream, Streamed),
     cursor: &mut SseCursor,
-    (audience, cycle_end): (&Audience, Instant),
+    (audience, pace): (&Audience, Pace),
 ) -> Drained {
+    let mut turn = None;
     loop {
-        let until = cycle_end.min(Instant::now() + write_stall());
-        let step = match next_step(shard, cursor, audience, until).await {
+        let next = next_step(shard, cursor, (audience, &mut turn), pace).await;
+        if !matches!(next, Next::StillWaiting) {
+            // A response writing a step another rendered keeps no place:
+            // its next window queues anew if it must.
+            turn = None;
+        }
+        let step = match next {
             Next::Step(step) => step,
             Next::CaughtUp => return Drained::CaughtUp,
+            Next::StillWaiting => match keep_alive(shard, (&mut *socket, streamed), cursor).await {
+                true => continue,
+                false => return Drained::Ended(false),
+            },
             Next::Pause => return Drained::Pause,
             Next::Failed => return Drained::Ended(false),
         };
@@ -228,27 +257,43 @@ async fn drain(
         }
         // A reader far behind ends its cycle, and stops with the shard,
         // as a caught-up one does (`--sse-cycle-ms`).
-        if shard.stopping.get() || Instant::now() >= cycle_end {
+        if shard.stopping.get() || Instant::now() >= pace.cycle_end {
             return Drained::Pause;
         }
     }
 }
 
-/// Ends a response before the tail: its last control event (sent after
-/// every data event) says where the client resumes; one goes out when
-/// none did yet.
-async fn pause(
+/// The control event that says where the client resumes, once (`again`
+/// false: every data event went out with its control already) or as a
+/// keep-alive of a response waiting for the budget, which also keeps a TTL
+/// stream alive as an idle reader does (PROTOCOL.md §5.1).
+async fn send_position(
     shard: &Shard,
     (socket, streamed): (&mut TcpStream, Streamed),
     cursor: &mut SseCursor,
+    again: bool,
 ) -> bool {
     let now_ms = clock::now_ms();
     let step = {
         let table = shard.table.borrow();
         let stream = table.get_waited_on(&cursor.plan.key, cursor.plan.stream_id, now_ms);
-        cursor.pause(stream, now_ms)
+        cursor.position(stream, now_ms, again)
     };
+    if again {
+        let (key, id) = (&cursor.plan.key, cursor.plan.stream_id);
+        shard.touch_incarnation(key, id, now_ms).await;
+    }
     send_piece(socket, streamed, &step.bytes).await
+}
+
+/// A keep-alive while waiting for the budget.
+async fn keep_alive(shard: &Shard, io: (&mut TcpStream, Streamed), cursor: &mut SseCursor) -> bool {
+    send_position(shard, io, cursor, true).await
+}
+
+/// Ends a response before the tail.
+async fn pause(shard: &Shard, io: (&mut TcpStream, Streamed), cursor: &mut SseCursor) -> bool {
+    send_position(shard, io, cursor, false).await
 }
 
 /// How often an idle SSE response sends a control event: the long-poll
@@ -280,7 +325,11 @@ async fn stream_events(
     loop {
         let seen = signal.generation();
         let io = (&mut *socket, streamed);
-        match drain(shard, io, &mut cursor, (audience, cycle_end)).await {
+        let pace = Pace {
+            cycle_end,
+            keepalive,
+        };
+        match drain(shard, io, &mut cursor, (audience, pace)).await {
             Drained::Ended(ok) => return ok,
             Drained::Pause => return pause(shard, (socket, streamed), &mut cursor).await,
             Drained::CaughtUp => {}
