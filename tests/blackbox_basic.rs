@@ -521,45 +521,32 @@ fn a_413_reaches_a_client_that_sends_its_whole_body_first() {
 #[test]
 fn bad_chunk_size_is_400() {
     let s = Server::start(&[]);
-    let path = new_stream_path();
-    create(&s, &path, TEXT);
-    let mut c = Conn::open(s.addr);
-    let mut bytes = c.build_request(
-        "POST",
-        &path,
-        &[("Content-Type", TEXT), ("Transfer-Encoding", "chunked")],
-        b"",
-    );
-    bytes.extend_from_slice(b"zz\r\nhello\r\n0\r\n\r\n");
-    c.send_raw(&bytes);
-    assert_status(&mut c, 400, "chunk size `zz`");
-    assert_alive(&s);
-    assert_eq!(
-        read_from(s.addr, &path, "-1").text(),
-        "",
-        "nothing appended"
-    );
+    refused_chunked(&s, b"zz\r\nhello\r\n0\r\n\r\n", 400, "chunk size `zz`");
 }
 
 /// Trailer fields are fields: `--max-head-bytes` bounds them, with 431.
 #[test]
 fn trailers_past_the_head_limit_are_431() {
     let s = Server::start(&["--max-head-bytes", "2048"]);
+    let trailer = format!("X-Note: {}\r\n", "n".repeat(3000));
+    let body = format!("5\r\nhello\r\n0\r\n{trailer}\r\n");
+    refused_chunked(&s, body.as_bytes(), 431, "a 3 KB trailer section");
+}
+
+/// A chunked POST of `body` to a new stream is refused with `status`; the
+/// server lives on and nothing was appended.
+fn refused_chunked(s: &Server, body: &[u8], status: u16, what: &str) {
     let path = new_stream_path();
-    create(&s, &path, TEXT);
+    create(s, &path, TEXT);
     let mut c = Conn::open(s.addr);
     let chunked = [("Content-Type", TEXT), ("Transfer-Encoding", "chunked")];
     let mut bytes = c.build_request("POST", &path, &chunked, b"");
-    let trailer = format!("X-Note: {}\r\n", "n".repeat(3000));
-    bytes.extend_from_slice(format!("5\r\nhello\r\n0\r\n{trailer}\r\n").as_bytes());
+    bytes.extend_from_slice(body);
     c.send_raw(&bytes);
-    assert_status(&mut c, 431, "a 3 KB trailer section");
-    assert_alive(&s);
-    assert_eq!(
-        read_from(s.addr, &path, "-1").text(),
-        "",
-        "nothing appended"
-    );
+    assert_status(&mut c, status, what);
+    assert_alive(s);
+    let left = read_from(s.addr, &path, "-1");
+    assert_eq!(left.text(), "", "nothing appended");
 }
 
 #[test]
