@@ -175,6 +175,13 @@ fn an_sse_response_kept_waiting_ends_with_its_cycle() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     let r = req(s.addr, "GET", "/v1/stream/hogged?offset=-1", &[], b"");
     assert_eq!(r.status, 503, "{}", r.text());
+    // A small reply is not counted, so it still goes out: a bootstrap of a
+    // tiny stream too (it leased a whole 1 MiB window before).
+    assert_eq!(req(s.addr, "PUT", "/small", &[], b"").status, 201);
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(req(s.addr, "PUT", "/small/s", &text, b"tiny").status, 201);
+    let r = req(s.addr, "GET", "/small/s/bootstrap", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
     let wait = std::time::Duration::from_secs(10);
     let mut controls = 0;
     while let Some(event) = waiting.next(wait) {

@@ -112,11 +112,14 @@ pub async fn serve(
         Ok(planned) => planned,
         Err(reply) => return respond(shard, socket, reply, keep, false).await,
     };
-    // The snapshot blob and one window of messages are held in memory
-    // while the client reads them.
-    let held = plan.snapshot.as_ref().map_or(0, |(s, _)| s.len) + WINDOW_BYTES;
-    let Some(_lease) = shard.lease_reply(held) else {
-        return respond(shard, socket, super::replies::busy(), keep, false).await;
+    // The snapshot blob and one window of messages (at most what is
+    // retained) are held in memory while the client reads them; a small
+    // bootstrap, as any small reply, is not counted.
+    let window = WINDOW_BYTES.min(plan.end - plan.start);
+    let held = plan.snapshot.as_ref().map_or(0, |(s, _)| s.len) + window;
+    let _lease = match shard.lease_counted_reply(usize::try_from(held).unwrap_or(usize::MAX)) {
+        Ok(lease) => lease,
+        Err(busy) => return respond(shard, socket, busy, keep, false).await,
     };
     // The messages planned are served whole, whatever retention does.
     let pin = store::ReadPin::new(shard, key, plan.id, plan.start);
