@@ -167,12 +167,11 @@ impl Shard {
         if bytes < replies::COUNTED_BYTES {
             return Ok(None);
         }
-        let (bytes, limit) = (bytes as u64, self.reply_limit());
+        let bytes = bytes as u64;
         match turn {
-            Some(turn) => turn.lease(bytes, limit).map(Some),
+            Some(turn) => turn.lease(bytes, self.reply_limit()).map(Some),
             None => self
-                .replies
-                .lease(bytes, limit)
+                .lease_reply(bytes)
                 .map(Some)
                 .ok_or_else(|| self.replies.queue()),
         }

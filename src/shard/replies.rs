@@ -104,9 +104,8 @@ impl ReplyBudget {
         self.queue.borrow().len()
     }
 
-    /// Wakes the turns waiting to look again: something other than the
-    /// budget changed for them (another response shared the step they
-    /// wait to fetch).
+    /// Wakes the turns waiting, if any, to look again: bytes came back, or
+    /// another response shared the step they wait to fetch.
     pub fn nudge(&self) {
         if self.queued() > 0 {
             self.moved.notify();
@@ -181,9 +180,7 @@ impl Drop for ReplyLease {
         let held = self.budget.held.get();
         debug_assert!(held >= self.bytes, "reply budget underflow");
         self.budget.held.set(held.saturating_sub(self.bytes));
-        if !self.budget.queue.borrow().is_empty() {
-            self.budget.moved.notify();
-        }
+        self.budget.nudge();
     }
 }
 

@@ -14,7 +14,7 @@ use super::Shard;
 use super::audience::{Audience, SharedStep};
 use super::conn::{respond, responding, send_piece, write_bytes};
 use super::live::{expiry, vanished, window_bytes};
-use super::replies::{COUNTED_BYTES, ReplyLease, Turn};
+use super::replies::{ReplyLease, Turn};
 use super::store;
 use crate::clock;
 use crate::http::render::{self, Persistence, Streamed};
@@ -201,14 +201,12 @@ async fn fetch_step(
 /// The lease on a rendered chunk of `bytes`: the window's, grown to what
 /// the chunk holds when its framing made it larger.
 fn count_rendered(shard: &Shard, lease: Option<ReplyLease>, bytes: usize) -> Option<ReplyLease> {
-    let bytes = bytes as u64;
     match lease {
         Some(mut lease) => {
-            lease.grow_to(bytes);
+            lease.grow_to(bytes as u64);
             Some(lease)
         }
-        None if bytes >= COUNTED_BYTES as u64 => Some(shard.replies.hold(bytes)),
-        None => None,
+        None => shard.hold_reply(bytes),
     }
 }
 
