@@ -7,6 +7,7 @@
 pub mod clock;
 pub mod config;
 pub mod datadir;
+pub mod entropy;
 pub mod health;
 pub mod http;
 pub mod log;

@@ -290,3 +290,49 @@ fn retention_during_a_bootstrap_leaves_it_whole() {
         assert!(part.1 == *piece, "byte-exact part");
     }
 }
+
+/// The boundary a seeded xorshift would draw after `previous` (the
+/// generator before session 20: one response gave its whole state away).
+fn xorshift_successor(previous: &str) -> String {
+    let step = |mut x: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let hex = previous.strip_prefix("rill-bootstrap-").unwrap();
+    let state = u64::from_str_radix(&hex[16..], 16).unwrap();
+    let (a, b) = (step(state), step(step(state)));
+    format!("rill-bootstrap-{a:016x}{b:016x}")
+}
+
+#[test]
+fn a_writer_cannot_plant_the_next_boundary() {
+    let s = Server::start(&["--cores", "1"]);
+    assert_eq!(
+        req(s.addr, "PUT", &format!("/{BUCKET}"), &[], b"").status,
+        201
+    );
+    let path = format!("/{BUCKET}/planted");
+    let octet = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", &path, &octet, b"seed").status, 201);
+    let (head, _) = get_bootstrap(&s, &path);
+    let predicted = xorshift_successor(&boundary_of(&head));
+    let planted = format!("\r\n--{predicted}\r\nContent-Type: evil\r\n\r\n");
+    assert_eq!(
+        req(s.addr, "POST", &path, &octet, planted.as_bytes()).status,
+        204
+    );
+    let mut seen = vec![boundary_of(&head)];
+    for _ in 0..3 {
+        let (head, body) = get_bootstrap(&s, &path);
+        assert_eq!(head.status, 200);
+        let boundary = boundary_of(&head);
+        assert_ne!(boundary, predicted, "the boundary was predictable");
+        assert!(!seen.contains(&boundary), "a boundary repeated");
+        let parts = parse(&body, &boundary);
+        assert_eq!(parts.len(), 3, "snapshot part, seed, planted message");
+        assert_eq!(parts[2].1, planted.as_bytes(), "the planted bytes, whole");
+        seen.push(boundary);
+    }
+}

@@ -2,8 +2,10 @@
 //! `multipart/mixed` entity: the snapshot (or an empty octet-stream part
 //! and `Stream-Snapshot-Offset: -1`) then one part per retained message
 //! after it, each with its content type, byte-exact. The boundary is
-//! random and every part is checked not to contain it, so payload bytes
-//! cannot forge parts. The shard streams the parts; this file frames them.
+//! unguessable (128 bits from the kernel, `entropy.rs`) and every part is
+//! checked not to contain it, so payload bytes cannot forge parts nor, by
+//! planting the next boundary, cut a bootstrap short. The shard streams
+//! the parts; this file frames them.
 //! A HEAD gets the GET's head without the parts (RFC 9110 §9.3.2).
 
 use super::response::{Response, bad_request};
@@ -20,7 +22,7 @@ pub fn check(req: &Request) -> Result<(), Response> {
     Ok(())
 }
 
-/// A boundary from 128 random bits.
+/// A boundary from 128 unguessable bits (`crate::entropy`).
 pub fn boundary(random: (u64, u64)) -> String {
     format!("rill-bootstrap-{:016x}{:016x}", random.0, random.1)
 }

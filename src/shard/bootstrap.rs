@@ -51,7 +51,11 @@ fn plan(shard: &Shard, key: &str) -> Result<(Plan, Response, String), Response> 
             Err(e) => return Err(blob_unreadable(&e)),
         },
     };
-    let boundary = bootstrap::boundary((shard.next_random(), shard.next_random()));
+    // Unguessable: a boundary a writer could predict, it could plant in a
+    // message and cut every later bootstrap short.
+    let random = crate::entropy::random_pair()
+        .map_err(|e| storage_unavailable(&format!("no random boundary: {e}")))?;
+    let boundary = bootstrap::boundary(random);
     let head = bootstrap::head(stream, &boundary, end);
     let plan = Plan {
         id: stream.id,

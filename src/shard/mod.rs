@@ -81,7 +81,6 @@ pub struct Shard {
     /// Collections of soft-deleted sources in progress, by incarnation,
     /// with the askers waiting for each (`fork::collect_now`).
     pub fork_collections: RefCell<HashMap<u64, Vec<flume::Sender<()>>>>,
-    jitter: Cell<u64>,
 }
 
 /// Ends the process when dropped by a panic. A panic inside `apply` (a bug)
@@ -130,7 +129,6 @@ impl Shard {
             bodies: Rc::default(),
             fork_leases: fork_lease::Leases::default(),
             fork_collections: RefCell::default(),
-            jitter: Cell::new(0x9E37_79B9_7F4A_7C15 ^ index as u64 ^ crate::clock::now_ms()),
         }
     }
 
@@ -484,16 +482,6 @@ impl Shard {
             }
             commit::complete(&tickets, &failure);
         }
-    }
-
-    /// A fresh pseudo-random number (xorshift) for cursor jitter.
-    pub fn next_random(&self) -> u64 {
-        let mut x = self.jitter.get();
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.jitter.set(x);
-        x
     }
 
     /// Stops accepting, wakes waiters so live reads end.
