@@ -4,7 +4,8 @@
 //! §5.1-§5.2, extensions §4.1), a snapshot repeat whose media type is
 //! spelled in another case (extensions §2.2), malformed media type
 //! parameters (RFC 9110 §8.3.1), and single-valued protocol
-//! headers sent twice (RFC 9110 §5.3).
+//! headers sent twice (RFC 9110 §5.3), and the `__ds` segment PROTOCOL.md §6
+//! reserves under `/v1/stream/`.
 
 mod common;
 
@@ -39,6 +40,41 @@ fn the_listing_name_is_reserved_however_it_is_spelled() {
         let sub = req(s.addr, "GET", &format!("{path}/bootstrap"), &[], b"");
         assert_eq!(sub.status, 400, "a sub-resource of {path}: {}", sub.text());
     }
+}
+
+#[test]
+fn the_ds_namespace_is_reserved_on_v1_for_every_method() {
+    let s = server();
+    let text = [("Content-Type", "text/plain")];
+    assert_eq!(
+        req(s.addr, "PUT", "/v1/stream/src", &text, b"x").status,
+        201
+    );
+    for path in [
+        "__ds/plain",
+        "__ds/subscriptions/abc",
+        "%5F%5Fds/plain",
+        "__ds",
+    ] {
+        let path = format!("/v1/stream/{path}");
+        for method in ["PUT", "POST", "GET", "HEAD", "DELETE"] {
+            let r = req(s.addr, method, &path, &text, b"x");
+            assert_eq!(r.status, 404, "{method} {path}: {}", r.text());
+            if method != "HEAD" {
+                assert!(r.text().contains("reserved"), "{}", r.text());
+            }
+        }
+    }
+    let fork = [
+        ("Content-Type", "text/plain"),
+        ("Stream-Forked-From", "/v1/stream/src"),
+    ];
+    let r = req(s.addr, "PUT", "/v1/stream/__ds/fork", &fork, b"");
+    assert_eq!(r.status, 404, "a fork into __ds: {}", r.text());
+    assert_eq!(
+        req(s.addr, "PUT", "/v1/stream/a/__ds", &text, b"").status,
+        201
+    );
 }
 
 #[test]

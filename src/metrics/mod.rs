@@ -56,7 +56,7 @@ impl Route {
             Target::Bucket { .. } | Target::BucketStreams { .. } => Route::Bucket,
             Target::Health | Target::Ready => Route::Health,
             Target::Metrics => Route::Metrics,
-            Target::NotFound | Target::Invalid(_) => Route::Other,
+            Target::NotFound | Target::Reserved | Target::Invalid(_) => Route::Other,
         }
     }
 }

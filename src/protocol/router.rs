@@ -4,6 +4,10 @@
 
 use crate::http::target::percent_decode;
 
+/// The first path segment PROTOCOL.md §6 reserves under `/v1/stream/`:
+/// "Servers MUST route the reserved `__ds` prefix before normal stream
+/// operations".
+pub const RESERVED_SEGMENT: &str = "__ds";
 /// Longest accepted `/v1/stream/` path, in bytes after decoding.
 pub const MAX_V1_PATH_BYTES: usize = 1024;
 /// extensions §1.1: the combined `{bucket_id}/{stream_id}` key limit.
@@ -46,6 +50,10 @@ pub enum Target {
     /// Prometheus text metrics: `/v1/metrics`.
     Metrics,
     NotFound,
+    /// `/v1/stream/__ds/...`: PROTOCOL.md §6 reserves the `__ds` first
+    /// segment for control APIs (subscriptions, not served yet), so no
+    /// application stream may live there.
+    Reserved,
     Invalid(&'static str),
 }
 
@@ -140,6 +148,9 @@ fn route_v1_stream(rest: &str) -> Target {
     {
         return Target::Invalid("stream path must not contain '.' or '..' segments");
     }
+    if path.split('/').next() == Some(RESERVED_SEGMENT) {
+        return Target::Reserved;
+    }
     let key = format!("{V1_PREFIX}{path}");
     Target::Stream {
         surface: Surface::V1,
@@ -217,6 +228,27 @@ mod tests {
         for control in ["a%00b", "a%0D%0Ab", "%09", "x%7F", "%C2%85"] {
             let target = route(&format!("/v1/stream/{control}"));
             assert!(matches!(target, Target::Invalid(_)), "{control}");
+        }
+    }
+
+    #[test]
+    fn the_ds_segment_is_reserved_on_v1() {
+        for path in [
+            "__ds",
+            "__ds/",
+            "__ds/subscriptions/abc",
+            "%5F%5Fds/x",
+            "__d%73",
+        ] {
+            assert_eq!(
+                route(&format!("/v1/stream/{path}")),
+                Target::Reserved,
+                "{path}"
+            );
+        }
+        for path in ["a/__ds", "__dsx", "_ds", "__DS"] {
+            let target = route(&format!("/v1/stream/{path}"));
+            assert!(matches!(target, Target::Stream { .. }), "{path}");
         }
     }
 

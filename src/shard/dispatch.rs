@@ -123,6 +123,10 @@ pub async fn handle(
         Target::Ready => crate::health::ready(),
         Target::Metrics => metrics::serve(shard).await,
         Target::NotFound => not_found("no such resource"),
+        Target::Reserved => not_found(
+            "the __ds namespace is reserved for Durable Streams control APIs \
+             (subscriptions are not served)",
+        ),
         Target::Invalid(message) => bad_request(message),
     };
     respond(shard, socket, reply, keep, is_head).await
