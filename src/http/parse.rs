@@ -385,9 +385,15 @@ fn build_head(
         .ok_or(HttpError::Malformed("missing request target"))?;
     let target = split_target(target, method)?;
     let headers = Fields::collect(req.headers)?;
+    // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding is framed
+    // faultily (§6.3: 400, then close), a request-smuggling shape.
+    if !http11 && headers.values("transfer-encoding").next().is_some() {
+        return Err(HttpError::Malformed(
+            "Transfer-Encoding in an HTTP/1.0 request",
+        ));
+    }
     let body = body_kind(&headers, limits)?;
-    // RFC 9112 §6.1: an HTTP/1.0 message with Transfer-Encoding must close after.
-    let keep_alive = (http11 || body != BodyKind::Chunked) && keep_alive(&headers, http11);
+    let keep_alive = keep_alive(&headers, http11);
     // RFC 9110 §10.1.1: an HTTP/1.0 client's expectation is ignored (no
     // 1xx may be sent to it, §15.2).
     let expect_continue = http11
