@@ -97,6 +97,10 @@ fn bounded_reads_still_page_and_whole_ones_validate() {
     );
     assert_eq!(again.status, 304, "{:?}", again.headers);
     assert!(again.body.is_empty());
+    // RFC 9110 §5.3: the list on two lines is one list.
+    let two_lines = [("If-None-Match", "\"other\""), ("If-None-Match", &tag)];
+    let again = req(s.addr, "GET", &format!("{path}?offset=-1"), &two_lines, b"");
+    assert_eq!(again.status, 304, "{:?}", again.headers);
 }
 
 #[test]

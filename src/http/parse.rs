@@ -122,6 +122,14 @@ impl RequestHead {
         self.headers.first(name_lowercase)
     }
 
+    /// Every line of the list field `name_lowercase` as one value (RFC
+    /// 9110 §5.3: a list sent on several lines is one comma-joined list).
+    pub fn list_header(&self, name_lowercase: &str) -> Option<String> {
+        let mut lines = self.headers.values(name_lowercase);
+        let first = lines.next()?.to_string();
+        Some(lines.fold(first, |joined, line| joined + ", " + line))
+    }
+
     /// First value of the query parameter `key`.
     pub fn query_param(&self, key: &str) -> Option<&str> {
         self.query

@@ -538,7 +538,7 @@ pub fn head(req: &Request, table: &Table) -> Response {
     let reply = records::bounds_headers(stream, reply);
     let reply = super::snapshot::head_headers(stream, reply);
     // RFC 9110 §13.1.2: a HEAD naming its current ETag gets 304, as a GET.
-    not_modified(req.head.header("if-none-match"), &reply).unwrap_or(reply)
+    not_modified(req.head.list_header("if-none-match").as_deref(), &reply).unwrap_or(reply)
 }
 
 /// Response head of an SSE read (§5.7).

@@ -447,6 +447,9 @@ fn reads_validate_offsets_and_honour_etags() {
     assert_eq!(head.get_header("etag"), Some(head_tag.as_str()));
     let head = h.reply("HEAD", KEY, &[("if-none-match", "\"other\"")], b"");
     assert_eq!(head.status, 200);
+    // RFC 9110 §5.3: the list sent on two lines is one list.
+    let two_lines = [("if-none-match", "\"other\""), ("if-none-match", &head_tag)];
+    assert_eq!(h.reply("HEAD", KEY, &two_lines, b"").status, 304);
     let from = h.reply(
         "GET",
         &format!("{KEY}?offset={}", offset::format(2)),

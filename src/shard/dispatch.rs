@@ -412,7 +412,7 @@ async fn stream_request(
             respond(shard, socket, reply, keep, is_head).await
         }
         Action::Read(plan) => {
-            let if_none_match = sr.head.header("if-none-match").map(str::to_string);
+            let if_none_match = sr.head.list_header("if-none-match");
             let streamed = render::Streamed::for_request(sr.head.http11);
             live::serve(shard, (socket, streamed), plan, keep, if_none_match).await
         }
