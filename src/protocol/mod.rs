@@ -8,6 +8,7 @@ pub mod attrs;
 pub mod batch;
 pub mod bootstrap;
 pub mod buckets;
+pub mod conditions;
 pub mod content_type;
 pub mod create;
 pub mod cursor;

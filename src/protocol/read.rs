@@ -248,6 +248,13 @@ pub fn render_body(stream: &Stream, surface: Surface, fetched: &[u8]) -> Vec<u8>
     }
 }
 
+/// The entity tag of the stream as HEAD describes it: what is retained,
+/// to the tail, and whether it is closed (the tag write preconditions
+/// compare, `conditions`).
+pub fn stream_etag(stream: &Stream) -> String {
+    etag(stream, stream.retained, stream.tail(), stream.is_closed())
+}
+
 fn etag(stream: &Stream, start: u64, end: u64, closed_at_end: bool) -> String {
     let suffix = if closed_at_end { ":c" } else { "" };
     format!("\"{}:{}:{}{}\"", stream.id, start, end, suffix)
@@ -520,10 +527,7 @@ pub fn head(req: &Request, table: &Table) -> Response {
         .header("content-type", stream.content_type.clone())
         .header("stream-next-offset", offset::format(tail))
         .header("cache-control", "no-store")
-        .header(
-            "etag",
-            etag(stream, stream.retained, tail, stream.is_closed()),
-        )
+        .header("etag", stream_etag(stream))
         .header_if(stream.is_closed(), "stream-closed", "true");
     let ttl = match req.surface {
         Surface::V1 => stream.ttl_secs,

@@ -343,6 +343,29 @@ fn bucket_admits(shard: &Shard, bucket: &str, sr: &StreamRequest) -> Result<(), 
     }
 }
 
+/// Whether `action` is a PUT or POST of a stream that would succeed: the
+/// writes whose preconditions count (RFC 9110 §13.2.1).
+fn writes_ahead(sr: &StreamRequest, action: &Action) -> bool {
+    let succeeds = match action {
+        Action::Commit { .. } => true,
+        Action::Reply(reply) => (200..300).contains(&reply.status),
+        Action::Read(_) => false,
+    };
+    succeeds && !sr.attrs && matches!(sr.head.method, Method::Put | Method::Post)
+}
+
+/// The 412 of a write whose If-Match or If-None-Match fails against the
+/// stream as it is now (`protocol::conditions`). A DELETE of a visible
+/// stream always succeeds, so its preconditions count whenever it exists.
+fn failed_precondition(shard: &Shard, sr: &StreamRequest) -> Option<Response> {
+    let table = shard.table.borrow();
+    let stream = table.get_visible(sr.key);
+    if sr.head.method == Method::Delete && stream.is_none() {
+        return None;
+    }
+    protocol::conditions::failed(sr.head, stream)
+}
+
 /// A PUT of a key this shard does not hold: a create (or fork).
 fn creates(shard: &Shard, sr: &StreamRequest) -> bool {
     sr.head.method == Method::Put && shard.table.borrow().get(sr.key).is_none()
@@ -383,11 +406,20 @@ async fn stream_request(
         now_ms,
         normalized: std::cell::Cell::new(normalized),
     };
+    let deletes = sr.head.method == Method::Delete && !sr.attrs;
+    if deletes && let Some(failed) = failed_precondition(shard, &sr) {
+        let reply = advertised(shard, sr.key, failed);
+        return respond(shard, socket, reply, keep, is_head).await;
+    }
     if let Some(reply) = lifecycle(shard, &sr, &req).await {
         let reply = advertised(shard, sr.key, reply);
         return respond(shard, socket, reply, keep, is_head).await;
     }
     let action = decide(shard, sr.attrs, &req).await;
+    let action = match writes_ahead(&sr, &action).then(|| failed_precondition(shard, &sr)) {
+        Some(Some(failed)) => Action::Reply(failed),
+        _ => action,
+    };
     match action {
         Action::Reply(reply) => {
             // A write's answer rests on the head state: it may go out only
