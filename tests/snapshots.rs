@@ -209,6 +209,25 @@ fn missing_streams_and_methods() {
         req(s.addr, "POST", &format!("{path}/snapshot"), &[], b"").status,
         405
     );
+    // RFC 9110 §15.5.6: a 405's Allow names what the resource takes, and
+    // each method it names is not refused as not allowed.
+    let resources = [
+        (format!("{path}/snapshot"), "DELETE"),
+        (format!("{path}/snapshot/{zero}"), "POST"),
+        (format!("{path}/attrs"), "POST"),
+    ];
+    for (resource, refused) in resources {
+        let r = req(s.addr, refused, &resource, &[], b"");
+        assert_eq!(r.status, 405, "{refused} {resource}");
+        let allow = r.header("allow").expect("Allow on a 405").to_string();
+        assert!(!allow.contains(refused), "{refused} {resource}: {allow}");
+        let allowed: Vec<&str> = allow.split(", ").collect();
+        for method in ["GET", "HEAD", "PUT", "POST"] {
+            let taken = req(s.addr, method, &resource, &[], b"").status != 405;
+            let named = allowed.contains(&method);
+            assert_eq!(taken, named, "{method} {resource}, Allow: {allow}");
+        }
+    }
 }
 
 #[test]

@@ -72,8 +72,8 @@ pub fn decide(req: &Request, table: &Table) -> Action {
         Method::Get | Method::Head => Action::Reply(read(req, table)),
         Method::Put => replace(req, table).unwrap_or_else(Action::Reply),
         _ => Action::Reply(
-            Response::error(405, "method_not_allowed", "use GET or PUT on attrs")
-                .header("allow", "GET, PUT, OPTIONS"),
+            Response::error(405, "method_not_allowed", "use GET, HEAD or PUT on attrs")
+                .header("allow", "GET, HEAD, PUT, OPTIONS"),
         ),
     }
 }

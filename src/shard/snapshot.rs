@@ -96,13 +96,23 @@ pub async fn serve(
             Some(stream) => snapshot::delete(stream, at),
             None => not_found("stream not found"),
         },
-        _ => Response::error(
-            405,
-            "method_not_allowed",
-            "snapshots take GET, PUT and DELETE",
-        )
-        .header("allow", "GET, HEAD, PUT, DELETE, OPTIONS"),
+        (_, at) => not_allowed(at.is_some()),
     }
+}
+
+/// 405 naming what the resource takes: DELETE only names one snapshot.
+fn not_allowed(one_snapshot: bool) -> Response {
+    let (allow, message) = match one_snapshot {
+        true => (
+            "GET, HEAD, PUT, DELETE, OPTIONS",
+            "a snapshot takes GET, HEAD, PUT and DELETE",
+        ),
+        false => (
+            "GET, HEAD, PUT, OPTIONS",
+            "the latest snapshot takes GET, HEAD and PUT (DELETE names one snapshot)",
+        ),
+    };
+    Response::error(405, "method_not_allowed", message).header("allow", allow)
 }
 
 async fn read(shard: &Shard, key: &str, at: &str) -> Response {
