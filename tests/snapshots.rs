@@ -699,3 +699,40 @@ fn publishes_at_stale_tails_keep_the_visible_blob() {
     );
     assert_eq!((blob.status, blob.body.as_slice()), (200, &b"snap"[..]));
 }
+
+/// Extensions §6.10 with §6.7's rule: a snapshot read's
+/// `Stream-Record-Next` names the boundary its `Stream-Next-Offset` does
+/// (the snapshot's), so a client resuming by record after applying it
+/// reads the records after the snapshot; HEAD still names the tail.
+#[test]
+fn a_snapshot_read_names_its_own_record_boundary() {
+    let s = start_with_bucket(&["--cores", "1"]);
+    let path = format!("/{BUCKET}/records");
+    let json = [("Content-Type", "application/json")];
+    assert_eq!(
+        req(s.addr, "PUT", &path, &json, b"[0,1,2,3,4,5]").status,
+        201
+    );
+    let state = [("Content-Type", "application/x-state")];
+    let publish = req(
+        s.addr,
+        "PUT",
+        &format!("{path}/snapshot?record=2"),
+        &state,
+        b"S",
+    );
+    assert_eq!(publish.status, 204, "{}", publish.text());
+    let head = req(s.addr, "HEAD", &path, &[], b"");
+    let at = head.header("stream-snapshot-offset").unwrap().to_string();
+    for method in ["GET", "HEAD"] {
+        let read = req(s.addr, method, &format!("{path}/snapshot/{at}"), &[], b"");
+        assert_eq!(read.status, 200, "{method}");
+        assert_eq!(read.header("stream-next-offset"), Some(at.as_str()));
+        assert_eq!(read.header("stream-record-next"), Some("2"), "{method}");
+        assert_eq!(read.header("stream-record-first"), Some("0"), "{method}");
+    }
+    let resumed = req(s.addr, "GET", &format!("{path}?record=2"), &[], b"");
+    assert_eq!(resumed.body, b"2\n3\n4\n5\n", "{}", resumed.text());
+    let head = req(s.addr, "HEAD", &path, &[], b"");
+    assert_eq!(head.header("stream-record-next"), Some("6"));
+}

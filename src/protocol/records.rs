@@ -100,6 +100,19 @@ pub fn bounds_headers(stream: &Stream, reply: Response) -> Response {
         .header("stream-record-next", stream.record_next().to_string())
 }
 
+/// `bounds_headers` for a reply whose `Stream-Next-Offset` is `next`, a
+/// record boundary before the tail (a snapshot read): `Stream-Record-Next`
+/// names that boundary too (§6.7: the two name one boundary), so a client
+/// resuming by record does not skip the records after it.
+pub fn bounds_headers_at(stream: &Stream, reply: Response, next: u64) -> Response {
+    let Some(ordinal) = stream.messages.ordinal_at(next).filter(|_| active(stream)) else {
+        return bounds_headers(stream, reply);
+    };
+    advertise(stream, reply)
+        .header("stream-record-first", stream.first_record.to_string())
+        .header("stream-record-next", ordinal.to_string())
+}
+
 /// Where a record-aware read starts (§6.6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordStart {

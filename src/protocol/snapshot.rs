@@ -164,7 +164,7 @@ pub fn read_reply(stream: &Stream, snapshot: &Snapshot, blob: Vec<u8>) -> Respon
         )
         .header("cache-control", "no-store")
         .with_body(blob);
-    records::bounds_headers(stream, reply)
+    records::bounds_headers_at(stream, reply, snapshot.offset)
 }
 
 /// DELETE `{stream}/snapshot/{offset}` (§2.6): the latest visible snapshot
