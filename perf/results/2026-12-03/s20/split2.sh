@@ -1,0 +1,12 @@
+#!/bin/bash
+# usage: split2.sh BIN SLICE_NS [NICE]
+BIN=$1; SL=$2; NI=${3:-0}
+rm -rf /tmp/cm && mkdir /tmp/cm
+$BIN serve --listen 127.0.0.1:4700 --data-dir /tmp/cm --cores 2 --fsync always >/tmp/cm.log 2>&1 &
+PID=$!
+for i in $(seq 50); do curl -s -o /dev/null localhost:4700/v1/health/ready && break; sleep 0.1; done
+[ "$SL" != 0 ] && python3 /work/exp20/slice.py $PID $SL $NI >/dev/null
+echo -n "slice=$SL nice=$NI "
+/work/bin/rill-bench append --url http://127.0.0.1:4700 --api v1 --streams ${STREAMS:-100} --payload 256 --duration 5 ${EXTRA:-} 2>&1 | tail -1 | awk '{printf "total %s/s p99 %s ", $1, $5}'
+curl -s localhost:4700/v1/metrics | grep -E "^rill_commit_seconds_(sum|count)" | paste - - | awk '{printf "commit_ms %.3f ", $2/$4*1000} END{print ""}'
+kill $PID; wait $PID 2>/dev/null
