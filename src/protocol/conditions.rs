@@ -41,20 +41,22 @@ fn tags(list: &str) -> impl Iterator<Item = &str> {
 /// §13.1.1: `*` matches any current representation; listed tags compare
 /// strongly (a weak tag never matches).
 fn if_match(list: &str, current: Option<&str>) -> bool {
-    let Some(current) = current else {
-        return false;
-    };
-    tags(list).any(|t| t == "*" || (!t.starts_with("W/") && t == current))
+    names_current(list, current, |t, current| {
+        !t.starts_with("W/") && t == current
+    })
 }
 
 /// §13.1.2: `*` matches any current representation; listed tags compare
 /// weakly.
 fn if_none_match_hits(list: &str, current: Option<&str>) -> bool {
-    let Some(current) = current else {
-        return false;
-    };
     let opaque = |t: &str| t.trim_start_matches("W/").to_string();
-    tags(list).any(|t| t == "*" || opaque(t) == opaque(current))
+    names_current(list, current, |t, current| opaque(t) == opaque(current))
+}
+
+/// Whether a current representation exists and the list is `*` or names
+/// its tag (compared by `same`).
+fn names_current(list: &str, current: Option<&str>, same: impl Fn(&str, &str) -> bool) -> bool {
+    current.is_some_and(|current| tags(list).any(|t| t == "*" || same(t, current)))
 }
 
 fn precondition_failed(message: &str) -> Response {

@@ -92,12 +92,7 @@ pub fn check_match(req: &Request, stream: &Stream) -> Result<(), Response> {
 
 /// §6.5 and §6.10: `Stream-Record-First` and `-Next` as readers see them.
 pub fn bounds_headers(stream: &Stream, reply: Response) -> Response {
-    if !active(stream) {
-        return reply;
-    }
-    advertise(stream, reply)
-        .header("stream-record-first", stream.first_record.to_string())
-        .header("stream-record-next", stream.record_next().to_string())
+    with_bounds(stream, reply, || stream.record_next())
 }
 
 /// `bounds_headers` for a reply whose `Stream-Next-Offset` is `next`, a
@@ -105,12 +100,23 @@ pub fn bounds_headers(stream: &Stream, reply: Response) -> Response {
 /// names that boundary too (§6.7: the two name one boundary), so a client
 /// resuming by record does not skip the records after it.
 pub fn bounds_headers_at(stream: &Stream, reply: Response, next: u64) -> Response {
-    let Some(ordinal) = stream.messages.ordinal_at(next).filter(|_| active(stream)) else {
-        return bounds_headers(stream, reply);
-    };
+    with_bounds(stream, reply, || {
+        stream
+            .messages
+            .ordinal_at(next)
+            .unwrap_or_else(|| stream.record_next())
+    })
+}
+
+/// The bounds headers with `Stream-Record-Next` = `next()`, on a stream
+/// that implements record coordinates (else `reply` as it is).
+fn with_bounds(stream: &Stream, reply: Response, next: impl FnOnce() -> u64) -> Response {
+    if !active(stream) {
+        return reply;
+    }
     advertise(stream, reply)
         .header("stream-record-first", stream.first_record.to_string())
-        .header("stream-record-next", ordinal.to_string())
+        .header("stream-record-next", next().to_string())
 }
 
 /// Where a record-aware read starts (§6.6).
