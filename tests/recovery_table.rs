@@ -9,6 +9,7 @@ use rill::log::aligned::BLOCK;
 use rill::log::appender::LogEnd;
 use rill::log::format::HEADER_BYTES;
 use rill::log::recovery::RecoveryError;
+use rill::log::segment_reader::WINDOW_BYTES;
 
 mod log_scaffold;
 
@@ -453,4 +454,66 @@ fn a_small_batch_after_a_large_one_pads_its_block_with_zeros() {
     let (recovered, replayed) = recover_ok(&dir.0, BIG);
     assert_eq!(recovered.end, Some(end));
     assert_eq!(replayed, self::replayed(&[&large, &small]));
+}
+
+// ---------------------------------------------------------------------------
+// Recovery reads a segment through a window of `WINDOW_BYTES` (STATUS Next
+// 12): records span the window's edges, and the decisions above look past
+// the window they are made in.
+
+/// Segment size of the window tests: several windows.
+const WINDOWS: u64 = 4 * WINDOW_BYTES as u64;
+/// Records of this size straddle window edges.
+const STRADDLING: usize = 700 << 10;
+
+#[test]
+fn records_spanning_read_windows_replay_and_a_torn_batch_past_them_drops() {
+    let tmp = TempDir::new("windows-torn");
+    let (a, b) = (recs_of_len(1..4, STRADDLING), recs_of_len(4..9, STRADDLING));
+    let spans = append(&tmp.0, WINDOWS, OpenAt::EMPTY, &[frame(&a), frame(&b)]);
+    let end = spans[1].1;
+    assert!(
+        end.pos > WINDOW_BYTES as u64,
+        "the log goes past one window"
+    );
+    let torn = recs_of_len(9..12, STRADDLING);
+    write_at(&tmp.0, end, &frame_unmarked(&torn));
+
+    let (recovered, got) = recover_ok(&tmp.0, WINDOWS);
+    assert_eq!(got, replayed(&[&a, &b]));
+    assert_eq!(recovered.end, Some(end));
+    assert_eq!(recovered.tail, partial_block(&tmp.0, end));
+    assert_eq!(recovered.next_seq, 9);
+    assert_eq!(recovered.scrub_to, Some(WINDOWS));
+    assert_eq!(recovered.report.torn, Some((end, 3)));
+    assert_eq!(recovered.report.bytes, bytes_of(&[&a, &b, &torn]));
+}
+
+#[test]
+fn damage_in_one_window_with_a_complete_batch_in_a_later_one_is_corrupt() {
+    let tmp = TempDir::new("windows-corrupt");
+    let a = recs_of_len(1..3, STRADDLING);
+    // One record: the damaged batch's own end is not the complete batch.
+    let b = recs_of_len(3..4, STRADDLING);
+    let c = recs_of_len(4..14, STRADDLING);
+    let spans = append(
+        &tmp.0,
+        WINDOWS,
+        OpenAt::EMPTY,
+        &[frame(&a), frame(&b), frame(&c)],
+    );
+    assert!(
+        spans[1].1.pos < WINDOW_BYTES as u64,
+        "the damage is in the first window"
+    );
+    assert!(
+        spans[2].1.pos > 2 * WINDOW_BYTES as u64,
+        "the complete batch ends in a later one"
+    );
+    let damaged = spans[1].0;
+    damage_payload(&tmp.0, damaged);
+
+    let (err, got) = recover_err(&tmp.0, WINDOWS);
+    assert_corrupt_message(&err, &seg_path(&tmp.0, 1), damaged.pos);
+    assert_eq!(got, replayed(&[&a]));
 }

@@ -13,14 +13,6 @@ fn payload(len: usize) -> Vec<u8> {
     (0..len).map(|j| (j * 7 % 251) as u8).collect()
 }
 
-/// Peak resident memory of process `pid` (VmHWM), in bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
-    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kib << 10
-}
-
 /// A snapshot read holds its blob from the read until the client has it,
 /// so it counts against `--max-reply-bytes` before the blob is read: a
 /// burst of readers of a 2 MiB snapshot gets 503s instead of reading 2 MiB
@@ -36,7 +28,7 @@ fn snapshot_reads_lease_their_blob_before_reading_it() {
     let blob = payload(2 << 20);
     assert_eq!(req(s.addr, "PUT", &path, &octets, &blob).status, 204);
     assert_eq!(req(s.addr, "GET", &path, &[], b"").body, blob);
-    let before = peak_rss(s.pid());
+    let before = s.peak_rss();
     let mut readers: Vec<Conn> = (0..100).map(|_| Conn::open(s.addr)).collect();
     let ask = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
     for reader in &mut readers {
@@ -50,7 +42,7 @@ fn snapshot_reads_lease_their_blob_before_reading_it() {
             other => panic!("unexpected status {other}"),
         }
     }
-    let grown = peak_rss(s.pid()).saturating_sub(before);
+    let grown = s.peak_rss().saturating_sub(before);
     assert!(grown < 48 << 20, "peak memory grew by {grown} bytes");
 }
 
@@ -68,7 +60,7 @@ fn logged_stream(s: &mut Server, path: &str) -> u64 {
         );
     }
     s.restart();
-    peak_rss(s.pid())
+    s.peak_rss()
 }
 
 /// 100 readers that ask at once for `query` of `path`, their requests sent
@@ -117,7 +109,7 @@ fn burst_of_windows(name: &str, query: &str) {
             other => panic!("unexpected status {other}"),
         }
     }
-    let grown = peak_rss(s.pid()).saturating_sub(before);
+    let grown = s.peak_rss().saturating_sub(before);
     assert!(grown < 64 << 20, "peak memory grew by {grown} bytes");
 }
 
@@ -130,7 +122,7 @@ fn sse_steps_wait_for_the_budget_before_fetching() {
     let before = logged_stream(&mut s, "/v1/stream/watched");
     let readers = burst(&s, "/v1/stream/watched", "offset=-1&live=sse");
     std::thread::sleep(std::time::Duration::from_secs(2));
-    let grown = peak_rss(s.pid()).saturating_sub(before);
+    let grown = s.peak_rss().saturating_sub(before);
     assert!(grown < 64 << 20, "peak memory grew by {grown} bytes");
     drop(readers);
     // Their responses end as they find their clients gone.

@@ -376,3 +376,41 @@ fn resharding_fits_large_appends_into_its_batches() {
         );
     }
 }
+
+// ---- 6. recovery's memory ----------------------------------------------------------
+
+/// Recovery scans a segment through a bounded window (STATUS Next 12), so
+/// a restart's peak memory does not grow with `--segment-bytes`: each
+/// shard used to read its segments whole, preallocated zeros and all.
+/// The 1 MiB appends span the window's edges, and all of them read back.
+#[test]
+fn recovery_does_not_hold_a_whole_segment_in_memory() {
+    const SEGMENT: u64 = 192 << 20;
+    let segment = SEGMENT.to_string();
+    let mut s = Server::start(&["--cores", "1", "--segment-bytes", &segment]);
+    let r = put(&s, "/v1/stream/big", &[("Content-Type", OCTET)], b"");
+    expect(&r, 201, "create");
+    let mut conn = Conn::open(s.addr);
+    let mut written = Vec::new();
+    for i in 0..12u8 {
+        let body: Vec<u8> = (0..(1 << 20) + 3 * i as usize)
+            .map(|j| (j % 253) as u8 ^ i)
+            .collect();
+        append(&mut conn, "/v1/stream/big", OCTET, &body);
+        written.extend_from_slice(&body);
+    }
+    drop(conn);
+
+    restart(&mut s, Restart::Kill);
+    assert!(
+        read_from(&s, "/v1/stream/big", "-1") == written,
+        "data read back"
+    );
+    let peak = s.peak_rss();
+    assert!(
+        peak < SEGMENT / 2,
+        "a restart peaked at {} MiB with {} MiB segments",
+        peak >> 20,
+        SEGMENT >> 20
+    );
+}

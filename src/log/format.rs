@@ -223,6 +223,22 @@ pub fn decode(buf: &[u8]) -> Decoded<'_> {
     }
 }
 
+/// Whether `buf` holds enough bytes for [`decode`] to decide: anything
+/// but `Incomplete`. Checks the header only (no checksum), so a reader can
+/// ask before it decodes.
+pub fn decidable(buf: &[u8]) -> bool {
+    let Some(probe) = buf.get(..PROBE_BYTES) else {
+        return false;
+    };
+    if probe.iter().all(|&b| b == 0) || check_probe(probe).is_err() {
+        return true;
+    }
+    let Some(header) = buf.get(..HEADER_BYTES) else {
+        return false;
+    };
+    check_header(header).map_or(true, |len| buf.len() >= framed_len(len))
+}
+
 /// Checks magic, version, kind and flags (the first 8 bytes).
 fn check_probe(probe: &[u8]) -> Result<(), &'static str> {
     if probe[0..4] != MAGIC {

@@ -8,6 +8,7 @@ pub mod faulty;
 pub mod format;
 pub mod handover;
 pub mod recovery;
+pub mod segment_reader;
 pub mod storage;
 
 /// Batch buffers of up to this size are always kept for the next batch.

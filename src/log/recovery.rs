@@ -23,9 +23,10 @@ use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::aligned::{AlignedBuf, BLOCK};
+use super::aligned::BLOCK;
 use super::appender::LogEnd;
 use super::format::{self, Decoded, FLAG_BATCH_END, RECORD_ALIGN, Record};
+use super::segment_reader::{self, SegmentReader};
 use super::storage::{SegmentFile, Storage};
 
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -84,35 +85,6 @@ impl From<io::Error> for RecoveryError {
     }
 }
 
-/// One segment's bytes, read whole (to the end of its file) through
-/// io_uring. `size_hint` is the configured segment size; a segment written
-/// under another `--segment-bytes` is as long as it was then, and all of
-/// it must be read: stopping at the configured size cut acknowledged
-/// records off as a torn tail.
-pub async fn read_segment<S: Storage>(
-    storage: &S,
-    index: u64,
-    size_hint: u64,
-) -> io::Result<Vec<u8>> {
-    let file = storage.open(index).await?;
-    let mut data = Vec::with_capacity(size_hint as usize);
-    let chunk = 4 << 20;
-    loop {
-        let (result, buf) = file
-            .read_at(AlignedBuf::with_capacity(chunk), data.len() as u64)
-            .await;
-        let n = result?;
-        data.extend_from_slice(&buf.as_slice()[..n]);
-        // A read of nothing is the end, and so is one ending off a block
-        // boundary (direct reads return whole blocks but at the end of a
-        // file). A short read of whole blocks is no proof of it: stopping
-        // there would make a torn tail of what follows.
-        if n == 0 || !n.is_multiple_of(BLOCK) {
-            return Ok(data);
-        }
-    }
-}
-
 /// The scan state across segments.
 struct Scan {
     expected: Option<u64>,
@@ -133,18 +105,25 @@ impl Scan {
 }
 
 /// Whether any complete batch (a valid record with the batch-end flag)
-/// starts after `from` in `data`.
-fn complete_batch_after(data: &[u8], from: usize) -> bool {
-    let mut pos = from.next_multiple_of(RECORD_ALIGN);
-    while pos + format::HEADER_BYTES <= data.len() {
-        if let Decoded::Record { record, .. } = format::decode(&data[pos..])
+/// starts at or after `from` in the segment `reader` reads.
+async fn complete_batch_after<F: SegmentFile>(
+    reader: &mut SegmentReader<F>,
+    from: u64,
+) -> io::Result<bool> {
+    let mut pos = from.next_multiple_of(RECORD_ALIGN as u64);
+    loop {
+        reader.fill_record(pos).await?;
+        let rest = reader.from(pos);
+        if rest.len() < format::HEADER_BYTES {
+            return Ok(false);
+        }
+        if let Decoded::Record { record, .. } = format::decode(rest)
             && record.flags & FLAG_BATCH_END != 0
         {
-            return true;
+            return Ok(true);
         }
-        pos += RECORD_ALIGN;
+        pos += RECORD_ALIGN as u64;
     }
-    false
 }
 
 pub async fn recover<S: Storage>(
@@ -162,33 +141,25 @@ pub async fn recover<S: Storage>(
         report: Report::default(),
     };
     let mut damage: Option<(LogEnd, String)> = None;
-    let mut cut_data: Vec<u8> = Vec::new();
     for &index in &segments {
-        let data = read_segment(storage, index, segment_bytes).await?;
+        let mut reader = SegmentReader::open(storage, index).await?;
         scan.report.segments += 1;
         if let Some((at, reason)) = &damage {
-            if complete_batch_after(&data, 0) {
+            if complete_batch_after(&mut reader, 0).await? {
                 return Err(corrupt(storage, at.segment, at.pos, reason));
             }
             continue;
         }
-        if let Some((pos, reason)) = scan_segment(&mut scan, index, &data, &mut apply)? {
-            if complete_batch_after(&data, pos as usize + RECORD_ALIGN) {
+        if let Some((pos, reason)) = scan_segment(&mut scan, index, &mut reader, &mut apply).await?
+        {
+            if complete_batch_after(&mut reader, pos + RECORD_ALIGN as u64).await? {
                 return Err(corrupt(storage, index, pos, &reason));
             }
-            damage = Some((
-                LogEnd {
-                    segment: index,
-                    pos,
-                },
-                reason,
-            ));
-        }
-        if scan
-            .cut(damage.as_ref().map(|d| d.0))
-            .is_some_and(|cut| cut.segment == index)
-        {
-            cut_data = data;
+            let at = LogEnd {
+                segment: index,
+                pos,
+            };
+            damage = Some((at, reason));
         }
     }
     let first = segments.first().map(|&segment| LogEnd { segment, pos: 0 });
@@ -199,20 +170,17 @@ pub async fn recover<S: Storage>(
         .batch
         .first()
         .map_or(scan.expected.unwrap_or(1), |(_, _, seq, _)| *seq);
-    let tail = match end {
-        Some(end) => {
-            cut_data[(end.pos - end.pos % BLOCK as u64) as usize..end.pos as usize].to_vec()
-        }
-        None => Vec::new(),
+    let (tail, scrub_to) = match end {
+        Some(end) => (
+            segment_reader::block_before(storage, end.segment, end.pos).await?,
+            torn.then_some(scrub_end(storage, end.segment, segment_bytes)?),
+        ),
+        None => (Vec::new(), None),
     };
     if torn && let Some(end) = end {
         scan.report.torn = Some((end, dropped));
     }
     scan.report.elapsed = started.elapsed();
-    // Zero what follows the cut up to the end of its segment's file (which
-    // may be longer than `segment_bytes` if it was written under a larger
-    // setting), so no torn bytes stay behind for a later scan.
-    let scrub_to = torn.then(|| segment_bytes.max(cut_data.len().next_multiple_of(BLOCK) as u64));
     Ok(Recovered {
         end,
         tail,
@@ -220,6 +188,14 @@ pub async fn recover<S: Storage>(
         scrub_to,
         report: scan.report,
     })
+}
+
+/// Where zeroing after a torn tail in `segment` stops: the end of its file,
+/// which may be longer than `segment_bytes` if it was written under a
+/// larger setting, so no torn bytes stay behind for a later scan.
+fn scrub_end<S: Storage>(storage: &S, segment: u64, segment_bytes: u64) -> io::Result<u64> {
+    let len = std::fs::metadata(storage.path(segment))?.len();
+    Ok(segment_bytes.max(len.next_multiple_of(BLOCK as u64)))
 }
 
 fn corrupt<S: Storage>(storage: &S, segment: u64, pos: u64, reason: &str) -> RecoveryError {
@@ -231,18 +207,20 @@ fn corrupt<S: Storage>(storage: &S, segment: u64, pos: u64, reason: &str) -> Rec
 }
 
 /// Scans one segment; returns the position and reason of a damaged record.
-fn scan_segment(
+async fn scan_segment<F: SegmentFile>(
     scan: &mut Scan,
     index: u64,
-    data: &[u8],
+    reader: &mut SegmentReader<F>,
     apply: &mut impl FnMut(u8, &[u8], LogEnd) -> Result<(), String>,
 ) -> Result<Option<(u64, String)>, RecoveryError> {
     let mut pos = 0usize;
     loop {
-        let record = match format::decode(&data[pos..]) {
+        reader.fill_record(pos as u64).await?;
+        let rest = reader.from(pos as u64);
+        let record = match format::decode(rest) {
             Decoded::Record { record, framed_len } => (record, framed_len),
             Decoded::End => return Ok(None),
-            Decoded::Incomplete if pos == data.len() => return Ok(None),
+            Decoded::Incomplete if rest.is_empty() => return Ok(None),
             Decoded::Incomplete => {
                 return Ok(Some((
                     pos as u64,

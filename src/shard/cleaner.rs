@@ -33,7 +33,7 @@ use std::time::Duration;
 use super::Shard;
 use super::commit::Effect;
 use crate::log::format::{self, Decoded};
-use crate::log::recovery::read_segment;
+use crate::log::segment_reader::read_whole;
 use crate::log::storage::{DirectStorage, Storage};
 use crate::metrics::Counter;
 use crate::stream::codec::{self, Entry};
@@ -529,7 +529,7 @@ enum Cleaned {
 }
 
 async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<Cleaned> {
-    let data = read_segment(storage, victim, shard.config.segment_bytes).await?;
+    let data = read_whole(storage, victim, shard.config.segment_bytes).await?;
     let found = contents(&data).await;
     let older_exists = storage.list()?.iter().any(|&s| s < victim);
     let (moving, records) = plan(shard, victim, &found, older_exists).await;

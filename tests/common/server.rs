@@ -241,6 +241,14 @@ impl Server {
         self.child.id()
     }
 
+    /// The server's peak resident memory so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kib << 10
+    }
+
     /// Sends `signal` (e.g. `libc::SIGTERM`) and waits up to `wait` for the
     /// process to exit; returns its exit code if it exited.
     pub fn signal_and_wait(&mut self, signal: i32, wait: Duration) -> Option<i32> {
