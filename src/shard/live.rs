@@ -330,6 +330,10 @@ async fn wait_for_reply(
             }
             () = &mut gone => return None,
         }
+        if !timed_out {
+            // Every waiter at this stream woke with this one: take turns.
+            shard.turns.pass().await;
+        }
     }
 }
 

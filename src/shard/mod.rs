@@ -28,6 +28,7 @@ pub mod snapshot;
 pub mod sse_live;
 pub mod startup;
 pub mod store;
+pub mod turns;
 pub mod writer;
 
 use std::cell::{Cell, RefCell};
@@ -81,6 +82,8 @@ pub struct Shard {
     /// Collections of soft-deleted sources in progress, by incarnation,
     /// with the askers waiting for each (`fork::collect_now`).
     pub fork_collections: RefCell<HashMap<u64, Vec<flume::Sender<()>>>>,
+    /// Turns of live readers woken together (`turns.rs`).
+    pub turns: Rc<turns::Gate>,
 }
 
 /// Ends the process when dropped by a panic. A panic inside `apply` (a bug)
@@ -129,6 +132,7 @@ impl Shard {
             bodies: Rc::default(),
             fork_leases: fork_lease::Leases::default(),
             fork_collections: RefCell::default(),
+            turns: Rc::default(),
         }
     }
 

@@ -357,5 +357,9 @@ async fn stream_events(
         timed_out = monoio::time::timeout_at(wake_at.into(), signal.changed(seen))
             .await
             .is_err();
+        if !timed_out {
+            // The whole audience woke with this reader: take turns.
+            shard.turns.pass().await;
+        }
     }
 }
