@@ -359,7 +359,7 @@ async fn stream_events(
             .is_err();
         if !timed_out {
             // The whole audience woke with this reader: take turns.
-            shard.turns.pass().await;
+            shard.turns.pass(audience as *const Audience as usize).await;
         }
     }
 }

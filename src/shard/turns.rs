@@ -6,14 +6,16 @@
 //! the others 8-80 ms a burst).
 //!
 //! A woken reader passes the gate before it writes. Up to `SLICE` pass at
-//! once; the rest wait in arrival order, and a pump task lets the next
-//! `SLICE` through each time it is polled again, re-queueing itself behind
-//! them, so the runtime reaps completions (and runs the clients they wake)
-//! every slice or two rather than once a burst. Waiting costs a reader one
+//! once; the rest wait, and a pump task lets the next `SLICE` through after
+//! each turn of the I/O driver, so the runtime reaps completions (and runs
+//! the clients they wake) every slice rather than once a burst. Waiting
+//! readers are admitted round-robin by audience (in arrival order within
+//! one), so the readers of a quiet stream woken during a hot stream's burst
+//! go in the next slice, not after the burst. Waiting costs a reader one
 //! wake-up, so a burst of N readers costs O(N).
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::os::fd::{FromRawFd, RawFd};
@@ -28,8 +30,53 @@ pub const SLICE: usize = 128;
 pub struct Gate {
     /// Passes left before the gate must wait for the pump again.
     left: Cell<usize>,
-    waiting: RefCell<VecDeque<Rc<Place>>>,
+    waiting: RefCell<Waiting>,
     pumping: Cell<bool>,
+}
+
+/// The waiting readers: a queue per audience, and the audiences with
+/// readers waiting in the order they take turns.
+#[derive(Default)]
+struct Waiting {
+    by_audience: HashMap<usize, VecDeque<Rc<Place>>>,
+    ring: VecDeque<usize>,
+    len: usize,
+}
+
+impl Waiting {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn push(&mut self, audience: usize, place: Rc<Place>) {
+        let queue = self.by_audience.entry(audience).or_default();
+        if queue.is_empty() {
+            self.ring.push_back(audience);
+        }
+        queue.push_back(place);
+        self.len += 1;
+    }
+
+    /// The next audience's first reader; that audience goes to the back.
+    fn pop(&mut self) -> Option<Rc<Place>> {
+        let audience = self.ring.pop_front()?;
+        let queue = self
+            .by_audience
+            .get_mut(&audience)
+            .expect("an audience in the ring has a queue");
+        let place = queue.pop_front().expect("queues in the ring are not empty");
+        if queue.is_empty() {
+            self.by_audience.remove(&audience);
+        } else {
+            self.ring.push_back(audience);
+        }
+        self.len -= 1;
+        Some(place)
+    }
 }
 
 /// A reader's place in the queue, shared by its `Pass` and the pump.
@@ -50,10 +97,12 @@ impl Default for Gate {
 }
 
 impl Gate {
-    /// Completes when this reader's turn has come.
-    pub fn pass(self: &Rc<Self>) -> Pass {
+    /// Completes when this reader's turn has come. `audience` tells whose
+    /// reader it is (any value the same for one stream's readers).
+    pub fn pass(self: &Rc<Self>, audience: usize) -> Pass {
         Pass {
             gate: self.clone(),
+            audience,
             place: None,
         }
     }
@@ -63,8 +112,8 @@ impl Gate {
         self.waiting.borrow().len()
     }
 
-    fn queue(self: &Rc<Self>, place: Rc<Place>) {
-        self.waiting.borrow_mut().push_back(place);
+    fn queue(self: &Rc<Self>, audience: usize, place: Rc<Place>) {
+        self.waiting.borrow_mut().push(audience, place);
         if !self.pumping.replace(true) {
             monoio::spawn(pump(self.clone()));
         }
@@ -75,7 +124,7 @@ impl Gate {
         let mut waiting = self.waiting.borrow_mut();
         let mut admitted = 0;
         while admitted < SLICE {
-            let Some(place) = waiting.pop_front() else {
+            let Some(place) = waiting.pop() else {
                 break;
             };
             // A reader that left (its `Pass` dropped) takes no turn.
@@ -175,6 +224,7 @@ impl Future for YieldOnce {
 
 pub struct Pass {
     gate: Rc<Gate>,
+    audience: usize,
     place: Option<Rc<Place>>,
 }
 
@@ -196,7 +246,7 @@ impl Future for Pass {
         }
         let place = Rc::new(Place::default());
         *place.waker.borrow_mut() = Some(cx.waker().clone());
-        self.gate.queue(place.clone());
+        self.gate.queue(self.audience, place.clone());
         self.place = Some(place);
         Poll::Pending
     }
@@ -221,7 +271,7 @@ mod tests {
             for i in 0..burst {
                 let (gate, log) = (gate.clone(), log.clone());
                 readers.push(monoio::spawn(async move {
-                    gate.pass().await;
+                    gate.pass(1).await;
                     log.borrow_mut().push(Some(i));
                 }));
             }
@@ -248,6 +298,35 @@ mod tests {
         });
     }
 
+    /// A quiet stream's reader woken during a hot stream's burst goes in
+    /// the next slice, not after the burst.
+    #[test]
+    fn audiences_take_turns_round_robin() {
+        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let gate = Rc::new(Gate::default());
+            let log = Rc::new(RefCell::new(Vec::new()));
+            let burst = 4 * SLICE;
+            let mut readers = Vec::new();
+            for i in 0..=burst {
+                let (gate, log) = (gate.clone(), log.clone());
+                // The last reader is the quiet stream's.
+                let audience = if i == burst { 2 } else { 1 };
+                readers.push(monoio::spawn(async move {
+                    gate.pass(audience).await;
+                    log.borrow_mut().push(i);
+                }));
+            }
+            for reader in readers {
+                reader.await;
+            }
+            let at = log.borrow().iter().position(|&i| i == burst).unwrap();
+            assert!(at <= SLICE + 1, "the quiet reader went {at}th of {burst}");
+        });
+    }
+
     /// The pump's turn goes through the ring: the eventfd read completes.
     #[test]
     fn a_driver_turn_completes_through_the_ring() {
@@ -268,10 +347,8 @@ mod tests {
         let gate = Rc::new(Gate::default());
         gate.left.set(0);
         let kept = Rc::new(Place::default());
-        gate.waiting
-            .borrow_mut()
-            .push_back(Rc::new(Place::default()));
-        gate.waiting.borrow_mut().push_back(kept.clone());
+        gate.waiting.borrow_mut().push(1, Rc::new(Place::default()));
+        gate.waiting.borrow_mut().push(1, kept.clone());
         assert!(!gate.admit_slice());
         assert!(kept.admitted.get());
         assert_eq!(gate.left.get(), SLICE - 1, "one admitted");
