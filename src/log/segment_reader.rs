@@ -69,6 +69,27 @@ impl<F: SegmentFile> SegmentReader<F> {
         Ok(())
     }
 
+    /// The file's bytes `[pos, pos + len)`; bytes before `pos` are dropped,
+    /// and a `pos` past what was read skips the bytes in between unread.
+    /// Positions asked must not go backwards.
+    pub async fn range(&mut self, pos: u64, len: u64) -> io::Result<&[u8]> {
+        if pos > self.start + self.window.len() as u64 {
+            self.window.clear();
+            self.start = pos - pos % BLOCK as u64;
+        }
+        while !self.ended && self.start + (self.window.len() as u64) < pos + len {
+            self.read_more(pos).await?;
+        }
+        let from = self.from(pos);
+        if (from.len() as u64) < len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("the segment ends before byte {}", pos + len),
+            ));
+        }
+        Ok(&from[..len as usize])
+    }
+
     /// Drops the bytes before `keep_from` and reads the next
     /// `WINDOW_BYTES` of the file onto the window.
     async fn read_more(&mut self, keep_from: u64) -> io::Result<()> {
@@ -117,21 +138,4 @@ pub async fn block_before<S: Storage>(storage: &S, index: u64, pos: u64) -> io::
         ));
     }
     Ok(buf.as_slice()[..wanted].to_vec())
-}
-
-/// All of segment `index`, to the end of its file (which may be longer
-/// than the configured `size_hint` if it was written under a larger
-/// `--segment-bytes`). The cleaner copies live data out of its victim this
-/// way.
-pub async fn read_whole<S: Storage>(
-    storage: &S,
-    index: u64,
-    size_hint: u64,
-) -> io::Result<Vec<u8>> {
-    let mut reader = SegmentReader::open(storage, index).await?;
-    reader.window.reserve(size_hint as usize);
-    while !reader.ended {
-        reader.read_more(0).await?;
-    }
-    Ok(reader.window)
 }

@@ -33,8 +33,8 @@ use std::time::Duration;
 use super::Shard;
 use super::commit::Effect;
 use crate::log::format::{self, Decoded};
-use crate::log::segment_reader::read_whole;
-use crate::log::storage::{DirectStorage, Storage};
+use crate::log::segment_reader::SegmentReader;
+use crate::log::storage::{DirectStorage, SegmentFile, Storage};
 use crate::metrics::Counter;
 use crate::stream::codec::{self, Entry};
 use crate::stream::data::Extent;
@@ -228,43 +228,53 @@ struct Contents {
     undecoded: bool,
 }
 
-/// What the victim's records name; yields every `SCAN_CHUNK_BYTES`.
-async fn contents(data: &[u8]) -> Contents {
+/// What the victim's records name, read through a window; yields every
+/// `SCAN_CHUNK_BYTES`.
+async fn contents<F: SegmentFile>(reader: &mut SegmentReader<F>) -> std::io::Result<Contents> {
     let mut found = Contents::default();
-    let mut pos = 0;
     let mut scanned = 0;
-    while let Decoded::Record { record, framed_len } = format::decode(&data[pos..]) {
-        pos += framed_len;
-        found.used = pos;
+    loop {
+        reader.fill_record(found.used as u64).await?;
+        let Decoded::Record { record, framed_len } = format::decode(reader.from(found.used as u64))
+        else {
+            return Ok(found);
+        };
+        found.used += framed_len;
         scanned += framed_len;
+        let entry = codec::decode(record.kind, record.payload);
         if scanned >= SCAN_CHUNK_BYTES {
             scanned = 0;
             Shard::yield_to_others().await;
         }
-        let Ok(entry) = codec::decode(record.kind, record.payload) else {
+        let Ok(entry) = entry else {
             found.undecoded = true;
             continue;
         };
+        found.note(entry);
+    }
+}
+
+impl Contents {
+    fn note(&mut self, entry: Entry) {
         match entry {
             Entry::Stream(Command::Delete { key, stream_id }) => {
-                found.deletes.push((key, stream_id))
+                self.deletes.push((key, stream_id))
             }
             Entry::Stream(command) => {
-                found.keys.insert(command.key().to_string());
+                self.keys.insert(command.key().to_string());
             }
             Entry::Relocate { key, .. } => {
-                found.keys.insert(key);
+                self.keys.insert(key);
             }
             Entry::Image(image) => {
-                found.keys.insert(image.key);
+                self.keys.insert(image.key);
             }
             Entry::BucketCreate { bucket, .. } => {
-                found.bucket_creates.insert(bucket);
+                self.bucket_creates.insert(bucket);
             }
-            Entry::BucketDelete { bucket } => found.bucket_deletes.push(bucket),
+            Entry::BucketDelete { bucket } => self.bucket_deletes.push(bucket),
         }
     }
-    found
 }
 
 /// A live stream's data in the victim: its extents there, copied as
@@ -434,33 +444,55 @@ fn copied_bytes(shard: &Shard, moving: &[Moving], records: &[Entry]) -> usize {
             .sum::<usize>()
 }
 
-/// Copies `m`'s data out of the segment bytes `data`, parts of about
-/// `COPY_PART_BYTES` each committed before the next, then its IMAGE.
-async fn copy_stream(shard: &Shard, data: &[u8], m: &Moving) -> std::io::Result<()> {
+/// Copies the moving streams' data out of the victim in file order
+/// through a read window, as RELOCATE records in parts of about
+/// `COPY_PART_BYTES` each committed before the next, then each stream's
+/// IMAGE. (Reading the victim whole held a segment per cleaning shard.)
+async fn copy_streams(
+    shard: &Shard,
+    storage: &DirectStorage,
+    victim: u64,
+    moving: &[Moving],
+) -> std::io::Result<()> {
+    let mut reader = SegmentReader::open(storage, victim).await?;
+    let mut pieces: Vec<(&Moving, &Extent)> = moving
+        .iter()
+        .flat_map(|m| m.extents.iter().map(move |extent| (m, extent)))
+        .collect();
+    pieces.sort_by_key(|(_, extent)| extent.pos);
     let mut part = Vec::new();
     let mut bytes = 0;
-    for (i, extent) in m.extents.iter().enumerate() {
-        let piece = data[extent.pos as usize..(extent.pos + extent.len) as usize].to_vec();
+    for (i, (m, extent)) in pieces.iter().enumerate() {
+        let piece = reader.range(extent.pos, extent.len).await?.to_vec();
         bytes += piece.len();
-        let entry = Entry::Relocate {
-            key: m.key.clone(),
-            stream_id: m.stream_id,
-            start: extent.start,
-            data: piece,
-        };
-        let effect = Effect::Relocate {
-            key: m.key.clone(),
-            stream_id: m.stream_id,
-            start: extent.start,
-        };
-        part.push((entry, effect));
-        if bytes >= COPY_PART_BYTES || i + 1 == m.extents.len() {
+        part.push(relocation(m, extent.start, piece));
+        if bytes >= COPY_PART_BYTES || i + 1 == pieces.len() {
             commit_part(shard, std::mem::take(&mut part)).await?;
             bytes = 0;
         }
     }
-    let image = image_entry(shard, &m.key, m.stream_id).map(|e| (e, Effect::Nothing));
-    commit_part(shard, image.into_iter().collect()).await
+    for m in moving {
+        let image = image_entry(shard, &m.key, m.stream_id).map(|e| (e, Effect::Nothing));
+        commit_part(shard, image.into_iter().collect()).await?;
+    }
+    Ok(())
+}
+
+/// The RELOCATE record of `m`'s bytes from stream offset `start`, and
+/// its effect (the extent moves when it commits).
+fn relocation(m: &Moving, start: u64, data: Vec<u8>) -> (Entry, Effect) {
+    let entry = Entry::Relocate {
+        key: m.key.clone(),
+        stream_id: m.stream_id,
+        start,
+        data,
+    };
+    let effect = Effect::Relocate {
+        key: m.key.clone(),
+        stream_id: m.stream_id,
+        start,
+    };
+    (entry, effect)
 }
 
 /// Commits the victim's delete and bucket records as the state has them.
@@ -529,16 +561,14 @@ enum Cleaned {
 }
 
 async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<Cleaned> {
-    let data = read_whole(storage, victim, shard.config.segment_bytes).await?;
-    let found = contents(&data).await;
+    let mut reader = SegmentReader::open(storage, victim).await?;
+    let found = contents(&mut reader).await?;
     let older_exists = storage.list()?.iter().any(|&s| s < victim);
     let (moving, records) = plan(shard, victim, &found, older_exists).await;
     if !worth_copying(copied_bytes(shard, &moving, &records), found.used) {
         return Ok(Cleaned::NotWorthIt);
     }
-    for m in &moving {
-        copy_stream(shard, &data, m).await?;
-    }
+    copy_streams(shard, storage, victim, &moving).await?;
     commit_records(shard, records).await?;
     // What made the victim's other data dead (a delete, a retention move)
     // may still be queued: the file goes only once that is durable, or a
