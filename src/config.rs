@@ -90,6 +90,9 @@ pub struct Config {
     pub shutdown_timeout_ms: u64,
     /// One log line per answered request (issue 7 "Logs").
     pub access_log: bool,
+    /// Keep a segment's worth of disk per shard back for deletes and the
+    /// cleaner once the disk fills (`shard::reserve`).
+    pub disk_reserve: bool,
     /// Memory for message ends, log locations and streams over all shards;
     /// creates and writes of new messages beyond get 503 until retention or
     /// deletes free some.
@@ -132,6 +135,7 @@ impl Default for Config {
             max_connections: 50_000,
             shutdown_timeout_ms: 10_000,
             access_log: false,
+            disk_reserve: true,
             // Each shard gets budget ÷ cores: a few bytes an append once
             // packed (docs/OPERATIONS.md), over a billion retained appends.
             max_index_bytes: 4 << 30,
@@ -217,6 +221,9 @@ OPTIONS:
                                 [default: 10000]
     --access-log BOOL           true: log one line per answered request (method, path,
                                 status, microseconds) [default: false]
+    --disk-reserve BOOL         true: each shard keeps a segment's size of disk back; once
+                                the disk fills, writes that add data get 507 and deletes,
+                                retention and the cleaner go on in that room [default: true]
     -h, --help                  print this help
 ";
 
@@ -281,6 +288,7 @@ pub const SETTINGS: &[Setting] = &[
     setting!("max-connections", max_connections),
     setting!("shutdown-timeout-ms", shutdown_timeout_ms),
     setting!("access-log", access_log),
+    setting!("disk-reserve", disk_reserve),
     setting!("max-index-bytes", max_index_bytes),
     setting!("max-reply-bytes", max_reply_bytes),
     setting!("max-request-bytes", max_request_bytes),

@@ -126,7 +126,7 @@ impl DataDir {
     }
 
     pub fn shard_dir(&self, index: usize) -> PathBuf {
-        self.root.join(format!("shard-{index:02}"))
+        shard_dir(&self.root, index)
     }
 
     pub fn root(&self) -> &Path {
@@ -180,6 +180,11 @@ fn write_meta(root: &Path, shards: usize) -> Result<(), String> {
         File::open(root)?.sync_all()
     };
     write().map_err(|e| format!("cannot write {}: {e}", root.join("rill.meta").display()))
+}
+
+/// The directory of shard `index` under the data dir `root`.
+pub fn shard_dir(root: &Path, index: usize) -> PathBuf {
+    root.join(format!("shard-{index:02}"))
 }
 
 #[cfg(test)]

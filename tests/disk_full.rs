@@ -167,12 +167,21 @@ fn read_all(s: &Server, stream: &str) -> Vec<u8> {
     }
 }
 
+/// `SERVE_ARGS` without the disk reserve: a full disk refuses every write.
+fn without_reserve() -> Vec<&'static str> {
+    let mut args = SERVE_ARGS.to_vec();
+    args.extend(["--disk-reserve", "false"]);
+    args
+}
+
+/// Without the disk reserve, a full disk refuses bucket creates and
+/// deletes alike, and leaves both as they were.
 #[test]
 fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
     let Some(disk) = SmallDisk::new(64) else {
         return;
     };
-    let mut s = Server::start_in(disk.mount.join("data"), SERVE_ARGS);
+    let mut s = Server::start_in(disk.mount.join("data"), &without_reserve());
     let text = TEXT;
     assert_eq!(
         req(s.addr, "PUT", &format!("/{FROZEN}"), &[], b"").status,
@@ -282,7 +291,9 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
     let Some(disk) = SmallDisk::new(64) else {
         return;
     };
-    let mut s = Server::start_in(disk.mount.join("data"), SERVE_ARGS);
+    // The reserve would stop both shards' data writes at the first full
+    // one: this is the state without it (or a race with it).
+    let mut s = Server::start_in(disk.mount.join("data"), &without_reserve());
     let frozen = format!("/{FROZEN}");
     assert_eq!(req(s.addr, "PUT", &frozen, &[], b"").status, 201);
     for i in 0..PADS {
@@ -339,5 +350,80 @@ fn bucket_changes_logged_on_one_shard_only_are_settled() {
     s.restart();
     assert_eq!(req(s.addr, "GET", &frozen, &[], b"").status, 404);
     assert_eq!(req(s.addr, "GET", &ghost, &[], b"").status, 200);
+    drop(s);
+}
+
+/// With the disk reserve (the default), a full disk stops the writes that
+/// add data on every shard while deletes go on in the room kept back: a
+/// bucket and streams are deleted on the full disk (without the reserve
+/// they get 507 too, as above). Once there is room again, writes come
+/// back, the reserves are made again, and nothing acknowledged is lost.
+#[test]
+fn a_full_disk_keeps_room_for_deletes() {
+    let Some(disk) = SmallDisk::new(64) else {
+        return;
+    };
+    let mut args = SERVE_ARGS.to_vec();
+    args.extend(["--clean-interval-ms", "100"]);
+    let mut s = Server::start_in(disk.mount.join("data"), &args);
+    let frozen = format!("/{FROZEN}");
+    assert_eq!(req(s.addr, "PUT", &frozen, &[], b"").status, 201);
+    for i in 0..PADS {
+        assert_eq!(req(s.addr, "PUT", &pad(i), TEXT, b"").status, 201);
+    }
+    let mut acked = vec![Vec::new(); PADS];
+    disk.fill_leaving(MIB);
+    fill_segments(&s, &mut acked);
+
+    // Writes that add data are refused everywhere.
+    assert_insufficient(&req(s.addr, "PUT", &format!("/{GHOST}"), &[], b""));
+    assert_insufficient(&req(s.addr, "PUT", "/v1/stream/new", TEXT, b""));
+    // Deletes go on.
+    let deleted = req(s.addr, "DELETE", &frozen, &[], b"");
+    assert_eq!(deleted.status, 204, "{}", deleted.text());
+    assert_eq!(req(s.addr, "GET", &frozen, &[], b"").status, 404);
+    for (i, acked) in acked.iter_mut().enumerate().take(PADS / 2) {
+        let r = req(s.addr, "DELETE", &pad(i), &[], b"");
+        assert_eq!(r.status, 204, "pad {i}: {}", r.text());
+        acked.clear();
+    }
+    let last = PADS - 1;
+    assert_insufficient(&req(s.addr, "POST", &pad(last), TEXT, b"q"));
+
+    disk.free_the_filler();
+    let r = req(s.addr, "POST", &pad(last), TEXT, b"q");
+    assert_eq!(r.status, 204, "with room again: {}", r.text());
+    acked[last].extend_from_slice(b"q");
+    let reserves = || {
+        (0..2).all(|k| {
+            let file = disk.mount.join(format!("data/shard-{k:02}/disk-reserve"));
+            fs::metadata(file).is_ok_and(|m| m.len() >= 2 * MIB)
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !reserves() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "reserves not made again"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+
+    s.kill();
+    s.restart();
+    assert_eq!(req(s.addr, "GET", &frozen, &[], b"").status, 404);
+    for (i, acked) in acked.iter().enumerate() {
+        if i < PADS / 2 {
+            assert_eq!(req(s.addr, "HEAD", &pad(i), &[], b"").status, 404);
+            continue;
+        }
+        let read = read_all(&s, &pad(i));
+        assert!(
+            read == *acked,
+            "pad {i}: {} of {} bytes",
+            read.len(),
+            acked.len()
+        );
+    }
     drop(s);
 }

@@ -55,6 +55,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let mut collected = std::time::Instant::now();
     while !shard.stopping.get() {
         monoio::time::sleep(interval).await;
+        super::reserve::on_pass(&shard).await;
         reap_expired(&shard).await;
         super::snapshot::sweep_when_settled(&shard).await;
         super::fork::sweep(&shard);

@@ -195,6 +195,7 @@ fn launch(
     ));
     *shard.buckets.borrow_mut() = ready.buckets;
     buckets::count_registry(&shard);
+    super::reserve::make_at_start(&shard);
     shard.metrics.set_recovery(ready.recovery);
     // Writes end at the latest half the shutdown timeout after a stop, so
     // the shard's drain and final sync fit in the rest.

@@ -76,7 +76,7 @@ pub fn count_syncs(metrics: &Metrics, syncs: Vec<Duration>) {
 }
 
 /// (available, total) bytes of the filesystem holding `dir`.
-fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
+pub(super) fn disk_space(dir: &std::path::Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
     // SAFETY: statvfs is plain data (zeroed is a valid value) and the call

@@ -22,6 +22,7 @@ pub mod mesh;
 pub mod metrics;
 pub mod placement;
 pub mod replies;
+pub mod reserve;
 pub mod signal;
 pub mod slices;
 pub mod snapshot;
@@ -215,6 +216,9 @@ impl Shard {
     /// behind a failed ticket.)
     pub fn submit(&self, commands: Vec<Command>) -> Ticket {
         assert!(!commands.is_empty(), "nothing to commit");
+        if !commands.iter().all(reserve::frees_space) && reserve::refuses_data(self) {
+            return Ticket::failed(reserve::refusal());
+        }
         let _whole = AbortOnPanic;
         for command in commands {
             let entry = Entry::Stream(command);
@@ -234,7 +238,10 @@ impl Shard {
     /// Logs a bucket registry change; it applies once committed.
     pub fn submit_bucket(&self, entry: Entry) -> Ticket {
         // A bucket record is far smaller than a segment: only a closed
-        // log refuses it.
+        // log refuses it, and a full disk a create.
+        if matches!(entry, Entry::BucketCreate { .. }) && reserve::refuses_data(self) {
+            return Ticket::failed(reserve::refusal());
+        }
         let queued = match self.commits.enqueue(&entry) {
             Ok(queued) => queued,
             Err(stopped) => return Ticket::failed(stopped),
@@ -366,6 +373,13 @@ impl Shard {
         &self,
         entries: Vec<(Entry, Effect)>,
     ) -> Result<Option<Ticket>, CommitError> {
+        // A fork's inherited pieces add data; the cleaner's copies free room.
+        let adds = entries
+            .iter()
+            .any(|(_, e)| matches!(e, Effect::Stage { .. }));
+        if adds && reserve::refuses_data(self) {
+            return Err(reserve::refusal());
+        }
         for (entry, effect) in entries {
             let queued = self.commits.enqueue(&entry)?;
             self.commits.track(queued, effect);

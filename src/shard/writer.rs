@@ -12,6 +12,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::commit::CommitError;
 use super::{Shard, metrics};
 use crate::config::FsyncPolicy;
 use crate::log::appender::Appender;
@@ -74,6 +75,9 @@ pub async fn run<S: Storage + 'static>(
                 }
                 shard.metrics.add(Counter::CommitFailures, 1);
                 shard.on_failed(&e);
+                if CommitError::from_io(&e).no_space {
+                    super::reserve::disk_full(&shard).await;
+                }
             }
         }
         shard.commits.recycle(batch.bytes);
