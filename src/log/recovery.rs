@@ -173,7 +173,8 @@ pub async fn recover<S: Storage>(
     let (tail, scrub_to) = match end {
         Some(end) => (
             segment_reader::block_before(storage, end.segment, end.pos).await?,
-            torn.then_some(scrub_end(storage, end.segment, segment_bytes)?),
+            torn.then(|| scrub_end(storage, end.segment, segment_bytes))
+                .transpose()?,
         ),
         None => (Vec::new(), None),
     };

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::replies::ReplyLease;
 use super::signal::Signal;
+use super::turns::{Anchor, Gate};
 use crate::protocol::Surface;
 use crate::protocol::records::RecordView;
 use crate::protocol::sse::{SseCursor, StepKey};
@@ -90,8 +91,12 @@ impl Audience {
         self.step.get(|step| step.key == *key)
     }
 
-    pub fn share(&self, step: SharedStep) -> Rc<SharedStep> {
-        self.step.set(step)
+    /// Shares `step` with this audience's readers, kept for those waiting
+    /// their turn at `turns`.
+    pub fn share(&self, step: SharedStep, turns: &Gate) -> Rc<SharedStep> {
+        let step = self.step.set(step);
+        turns.anchor(self.id(), step.clone());
+        step
     }
 
     /// The long-poll body rendered last, when it was rendered for `key`
@@ -100,8 +105,25 @@ impl Audience {
         self.body.get(|body| body.key == *key)
     }
 
-    pub fn share_body(&self, body: SharedBody) -> Rc<SharedBody> {
-        self.body.set(body)
+    /// Shares `body` with this audience's waiters, kept for those waiting
+    /// their turn at `turns`.
+    pub fn share_body(&self, body: SharedBody, turns: &Gate) -> Rc<SharedBody> {
+        let body = self.body.set(body);
+        turns.anchor(self.id(), body.clone());
+        body
+    }
+
+    /// Names this audience at the turns gate.
+    pub fn id(&self) -> usize {
+        self as *const Audience as usize
+    }
+
+    /// The step and body rendered last, while some reader holds them: the
+    /// turns gate keeps them for this audience's waiting readers.
+    pub fn rendered(&self) -> Vec<Anchor> {
+        let step = self.step.0.borrow().upgrade().map(|s| s as Anchor);
+        let body = self.body.0.borrow().upgrade().map(|b| b as Anchor);
+        step.into_iter().chain(body).collect()
     }
 }
 

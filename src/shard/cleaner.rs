@@ -562,8 +562,8 @@ enum Cleaned {
 }
 
 async fn clean(shard: &Shard, storage: &DirectStorage, victim: u64) -> std::io::Result<Cleaned> {
-    let mut reader = SegmentReader::open(storage, victim).await?;
-    let found = contents(&mut reader).await?;
+    // Its window and buffer go before the copy's reader takes its own.
+    let found = contents(&mut SegmentReader::open(storage, victim).await?).await?;
     let older_exists = storage.list()?.iter().any(|&s| s < victim);
     let (moving, records) = plan(shard, victim, &found, older_exists).await;
     if !worth_copying(copied_bytes(shard, &moving, &records), found.used) {

@@ -332,7 +332,7 @@ async fn wait_for_reply(
         }
         if !timed_out {
             // Every waiter at this stream woke with this one: take turns.
-            shard.turns.pass(audience as *const Audience as usize).await;
+            shard.turns.pass(audience.id(), audience.rendered()).await;
         }
     }
 }
@@ -394,7 +394,7 @@ async fn poll_data(
     let body = match audience.body(&key) {
         Some(body) => body,
         None => match render_poll_body(shard, plan, key).await {
-            Ok(body) => audience.share_body(body),
+            Ok(body) => audience.share_body(body, &shard.turns),
             Err(reply) => return PollReply::Own(reply),
         },
     };

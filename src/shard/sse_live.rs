@@ -186,13 +186,14 @@ async fn fetch_step(
     let mut chunk = Vec::new();
     render::chunk(&step.bytes, &mut chunk);
     let lease = count_rendered(shard, lease, chunk.len());
-    let shared = audience.share(SharedStep {
+    let shared = SharedStep {
         key,
         chunk: Bytes::from(chunk),
         after: cursor.clone(),
         done: step.done,
         lease,
-    });
+    };
+    let shared = audience.share(shared, &shard.turns);
     // Responses waiting for the budget may be waiting for this very step.
     shard.replies.nudge();
     Next::Step(shared)
@@ -359,7 +360,7 @@ async fn stream_events(
             .is_err();
         if !timed_out {
             // The whole audience woke with this reader: take turns.
-            shard.turns.pass(audience as *const Audience as usize).await;
+            shard.turns.pass(audience.id(), audience.rendered()).await;
         }
     }
 }

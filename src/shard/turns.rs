@@ -13,7 +13,14 @@
 //! one), so the readers of a quiet stream woken during a hot stream's burst
 //! go in the next slice, not after the burst. Waiting costs a reader one
 //! wake-up, so a burst of N readers costs O(N).
+//!
+//! An audience's step (or long-poll body) is rendered once for all its
+//! readers, shared while some reader holds it (`audience.rs`). Readers of
+//! one slice drop it once written, before the next slice runs, so the gate
+//! keeps anchors of what the audience rendered while its readers wait, and
+//! one turn more (until the last slice ran).
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -32,15 +39,29 @@ pub struct Gate {
     left: Cell<usize>,
     waiting: RefCell<Waiting>,
     pumping: Cell<bool>,
+    /// Anchors of audiences whose last readers were admitted: dropped
+    /// after the next turn.
+    retiring: RefCell<Vec<Anchor>>,
 }
+
+/// What keeps an audience's rendered step or body alive while its readers
+/// wait.
+pub type Anchor = Rc<dyn Any>;
 
 /// The waiting readers: a queue per audience, and the audiences with
 /// readers waiting in the order they take turns.
 #[derive(Default)]
 struct Waiting {
-    by_audience: HashMap<usize, VecDeque<Rc<Place>>>,
+    by_audience: HashMap<usize, Queue>,
     ring: VecDeque<usize>,
     len: usize,
+}
+
+/// One audience's waiting readers and the anchors kept for them.
+#[derive(Default)]
+struct Queue {
+    places: VecDeque<Rc<Place>>,
+    anchors: Vec<Anchor>,
 }
 
 impl Waiting {
@@ -52,30 +73,38 @@ impl Waiting {
         self.len == 0
     }
 
-    fn push(&mut self, audience: usize, place: Rc<Place>) {
+    /// Queues `place`; a new queue of `audience` keeps `anchors`.
+    fn push(&mut self, audience: usize, place: Rc<Place>, anchors: Vec<Anchor>) {
         let queue = self.by_audience.entry(audience).or_default();
-        if queue.is_empty() {
+        if queue.places.is_empty() {
             self.ring.push_back(audience);
+            queue.anchors = anchors;
         }
-        queue.push_back(place);
+        queue.places.push_back(place);
         self.len += 1;
     }
 
-    /// The next audience's first reader; that audience goes to the back.
-    fn pop(&mut self) -> Option<Rc<Place>> {
+    /// The next audience's first reader, and that audience's anchors when
+    /// it was its last; the audience goes to the back of the ring.
+    fn pop(&mut self) -> Option<(Rc<Place>, Vec<Anchor>)> {
         let audience = self.ring.pop_front()?;
         let queue = self
             .by_audience
             .get_mut(&audience)
             .expect("an audience in the ring has a queue");
-        let place = queue.pop_front().expect("queues in the ring are not empty");
-        if queue.is_empty() {
-            self.by_audience.remove(&audience);
+        let place = (queue.places.pop_front()).expect("queues in the ring are not empty");
+        let mut anchors = Vec::new();
+        if queue.places.is_empty() {
+            anchors = self
+                .by_audience
+                .remove(&audience)
+                .unwrap_or_default()
+                .anchors;
         } else {
             self.ring.push_back(audience);
         }
         self.len -= 1;
-        Some(place)
+        Some((place, anchors))
     }
 }
 
@@ -92,18 +121,30 @@ impl Default for Gate {
             left: Cell::new(SLICE),
             waiting: RefCell::default(),
             pumping: Cell::new(false),
+            retiring: RefCell::default(),
         }
     }
 }
 
 impl Gate {
     /// Completes when this reader's turn has come. `audience` tells whose
-    /// reader it is (any value the same for one stream's readers).
-    pub fn pass(self: &Rc<Self>, audience: usize) -> Pass {
+    /// reader it is (any value the same for one stream's readers);
+    /// `anchors` is what that audience has rendered, kept while its readers
+    /// wait.
+    pub fn pass(self: &Rc<Self>, audience: usize, anchors: Vec<Anchor>) -> Pass {
         Pass {
             gate: self.clone(),
             audience,
+            anchors,
             place: None,
+        }
+    }
+
+    /// Keeps `anchor` (a step or body just rendered) while readers of
+    /// `audience` wait.
+    pub fn anchor(&self, audience: usize, anchor: Anchor) {
+        if let Some(queue) = self.waiting.borrow_mut().by_audience.get_mut(&audience) {
+            queue.anchors.push(anchor);
         }
     }
 
@@ -112,8 +153,8 @@ impl Gate {
         self.waiting.borrow().len()
     }
 
-    fn queue(self: &Rc<Self>, audience: usize, place: Rc<Place>) {
-        self.waiting.borrow_mut().push(audience, place);
+    fn queue(self: &Rc<Self>, audience: usize, place: Rc<Place>, anchors: Vec<Anchor>) {
+        self.waiting.borrow_mut().push(audience, place, anchors);
         if !self.pumping.replace(true) {
             monoio::spawn(pump(self.clone()));
         }
@@ -124,9 +165,10 @@ impl Gate {
         let mut waiting = self.waiting.borrow_mut();
         let mut admitted = 0;
         while admitted < SLICE {
-            let Some(place) = waiting.pop() else {
+            let Some((place, anchors)) = waiting.pop() else {
                 break;
             };
+            self.retiring.borrow_mut().extend(anchors);
             // A reader that left (its `Pass` dropped) takes no turn.
             if Rc::strong_count(&place) == 1 {
                 continue;
@@ -138,8 +180,8 @@ impl Gate {
             admitted += 1;
         }
         if waiting.is_empty() {
+            // The passes left until the pump runs again (it refills them).
             self.left.set(SLICE - admitted);
-            self.pumping.set(false);
             return false;
         }
         true
@@ -147,11 +189,12 @@ impl Gate {
 }
 
 /// Waits one turn of the I/O driver, then admits a slice, until no reader
-/// waits. The admitted readers write meanwhile, and the turn reaps the
-/// completions of other clients too.
+/// waits and no anchor is left. The admitted readers write meanwhile, and
+/// the turn reaps the completions of other clients too.
 async fn pump(gate: Rc<Gate>) {
     let turn = DriverTurn::new();
     loop {
+        let retired = gate.retiring.take();
         let taken = match &turn {
             Ok(turn) => turn.take().await,
             Err(_) => Err(io::ErrorKind::Unsupported.into()),
@@ -159,7 +202,10 @@ async fn pump(gate: Rc<Gate>) {
         if taken.is_err() {
             YieldOnce(false).await;
         }
-        if !gate.admit_slice() {
+        // The readers admitted with them have run by now.
+        drop(retired);
+        if !gate.admit_slice() && gate.retiring.borrow().is_empty() {
+            gate.pumping.set(false);
             return;
         }
     }
@@ -225,6 +271,7 @@ impl Future for YieldOnce {
 pub struct Pass {
     gate: Rc<Gate>,
     audience: usize,
+    anchors: Vec<Anchor>,
     place: Option<Rc<Place>>,
 }
 
@@ -246,7 +293,8 @@ impl Future for Pass {
         }
         let place = Rc::new(Place::default());
         *place.waker.borrow_mut() = Some(cx.waker().clone());
-        self.gate.queue(self.audience, place.clone());
+        let anchors = std::mem::take(&mut self.anchors);
+        self.gate.queue(self.audience, place.clone(), anchors);
         self.place = Some(place);
         Poll::Pending
     }
@@ -271,7 +319,7 @@ mod tests {
             for i in 0..burst {
                 let (gate, log) = (gate.clone(), log.clone());
                 readers.push(monoio::spawn(async move {
-                    gate.pass(1).await;
+                    gate.pass(1, Vec::new()).await;
                     log.borrow_mut().push(Some(i));
                 }));
             }
@@ -315,7 +363,7 @@ mod tests {
                 // The last reader is the quiet stream's.
                 let audience = if i == burst { 2 } else { 1 };
                 readers.push(monoio::spawn(async move {
-                    gate.pass(audience).await;
+                    gate.pass(audience, Vec::new()).await;
                     log.borrow_mut().push(i);
                 }));
             }
@@ -324,6 +372,40 @@ mod tests {
             }
             let at = log.borrow().iter().position(|&i| i == burst).unwrap();
             assert!(at <= SLICE + 1, "the quiet reader went {at}th of {burst}");
+        });
+    }
+
+    /// What an audience rendered stays alive while its readers wait, for
+    /// the last slice too, and goes once they all ran.
+    #[test]
+    fn anchors_live_until_the_last_reader_ran() {
+        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let gate = Rc::new(Gate::default());
+            let rendered: Anchor = Rc::new("a step");
+            let weak = Rc::downgrade(&rendered);
+            let saw = Rc::new(Cell::new(0));
+            let mut readers = Vec::new();
+            for _ in 0..3 * SLICE + 1 {
+                let (gate, anchors) = (gate.clone(), vec![rendered.clone()]);
+                let (weak, saw) = (weak.clone(), saw.clone());
+                readers.push(monoio::spawn(async move {
+                    gate.pass(7, anchors).await;
+                    saw.set(saw.get() + weak.upgrade().is_some() as usize);
+                }));
+            }
+            drop(rendered);
+            for reader in readers {
+                reader.await;
+            }
+            assert_eq!(saw.get(), 3 * SLICE + 1, "every reader found it");
+            while gate.pumping.get() {
+                monoio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            assert!(weak.upgrade().is_none(), "kept after the last reader");
         });
     }
 
@@ -347,8 +429,10 @@ mod tests {
         let gate = Rc::new(Gate::default());
         gate.left.set(0);
         let kept = Rc::new(Place::default());
-        gate.waiting.borrow_mut().push(1, Rc::new(Place::default()));
-        gate.waiting.borrow_mut().push(1, kept.clone());
+        gate.waiting
+            .borrow_mut()
+            .push(1, Rc::new(Place::default()), Vec::new());
+        gate.waiting.borrow_mut().push(1, kept.clone(), Vec::new());
         assert!(!gate.admit_slice());
         assert!(kept.admitted.get());
         assert_eq!(gate.left.get(), SLICE - 1, "one admitted");
