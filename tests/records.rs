@@ -596,6 +596,18 @@ fn record_match_mismatch_is_412_with_the_tail_and_appends_nothing() {
             204,
             "a matching close"
         );
+        // Repeated on the closed stream, the close is idempotent, but the
+        // precondition still holds (§6.4: a mismatch MUST be 412).
+        assert_eq!(post_with(&s, &path, &close, b"").status, 204, "again");
+        let stale = [("Stream-Closed", "true"), ("Stream-Record-Match", "2")];
+        let r = post_with(&s, &path, &stale, b"");
+        assert_eq!(
+            r.status,
+            412,
+            "a stale match on a closed stream: {}",
+            r.text()
+        );
+        assert_eq!(num(&r, "stream-record-next"), 3);
     }
 }
 

@@ -299,6 +299,8 @@ fn close_only(
         if producer.is_some() {
             return Err(closed_reply(stream, producer.as_ref()));
         }
+        // §6.4 holds for a repeated close too: only the tail it names.
+        records::check_match(req, stream)?;
         let reply = Response::new(204)
             .header("stream-next-offset", tail)
             .header("stream-closed", "true");
