@@ -114,11 +114,21 @@ pub fn route(raw_path: &str) -> Target {
         [""] => Target::NotFound,
         [bucket] => bucket_target(bucket, |b| Target::Bucket { bucket: b }),
         [bucket, stream] => bucket_stream(bucket, stream, None),
-        [bucket, stream, resource] => bucket_stream(bucket, stream, Some(resource)),
-        [bucket, stream, kind @ ("snapshot" | "retention"), offset] => match percent_decode(offset)
-        {
-            Ok(offset) => bucket_stream(bucket, stream, Some(&format!("{kind}/{offset}"))),
-            Err(_) => Target::Invalid("offset is not valid percent-encoding"),
+        // A sub-resource's name is the same path however it is spelled
+        // (`%61ttrs` is `attrs`, RFC 3986 §6.2.2.2).
+        [bucket, stream, resource] => match percent_decode(resource) {
+            // `%2F` is not a segment separator (RFC 3986 §2.2).
+            Ok(resource) if !resource.contains('/') => {
+                bucket_stream(bucket, stream, Some(&resource))
+            }
+            _ => Target::NotFound,
+        },
+        [bucket, stream, kind, offset] => match percent_decode(kind).as_deref() {
+            Ok(kind @ ("snapshot" | "retention")) => match percent_decode(offset) {
+                Ok(offset) => bucket_stream(bucket, stream, Some(&format!("{kind}/{offset}"))),
+                Err(_) => Target::Invalid("offset is not valid percent-encoding"),
+            },
+            _ => Target::NotFound,
         },
         _ => Target::NotFound,
     }
@@ -293,6 +303,19 @@ mod tests {
             route("/agents/streams/bootstrap"),
             Target::Invalid(_)
         ));
+        // Sub-resource names however spelled (RFC 3986 §6.2.2.2), but an
+        // encoded slash separates nothing.
+        for (spelled, plain) in [
+            ("/agents/s/%61ttrs", "/agents/s/attrs"),
+            ("/agents/s/%62ootstrap", "/agents/s/bootstrap"),
+            ("/agents/s/append%2Dbatch", "/agents/s/append-batch"),
+            ("/agents/s/%73napshot/5", "/agents/s/snapshot/5"),
+            ("/agents/s/%72etention/5", "/agents/s/retention/5"),
+        ] {
+            assert_eq!(route(spelled), route(plain), "{spelled}");
+            assert!(!matches!(route(plain), Target::NotFound), "{plain}");
+        }
+        assert_eq!(route("/agents/s/snapshot%2F5"), Target::NotFound);
         assert!(matches!(route("/v1"), Target::Invalid(_)));
         assert!(matches!(route("/v1/x"), Target::Invalid(_)));
         assert_eq!(route("/v1/health"), Target::Health);
