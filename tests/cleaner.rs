@@ -122,15 +122,7 @@ fn deleted_data_is_reclaimed_and_live_data_survives() {
     wait_until("the cleaner to reclaim the deleted data", || {
         log_bytes(&s.data_dir) <= target
     });
-    assert!(
-        read_all(&s, "/v1/stream/keep") == keep,
-        "live data changed while cleaning"
-    );
-    s.restart();
-    assert!(
-        read_all(&s, "/v1/stream/keep") == keep,
-        "live data changed after restart"
-    );
+    keep_survives_a_restart(&mut s, &keep);
     assert_eq!(
         req(s.addr, "HEAD", "/v1/stream/doomed-0", &[], b"").status,
         404,
@@ -147,6 +139,19 @@ fn deleted_data_is_reclaimed_and_live_data_survives() {
     assert_eq!(r.status, 204);
     keep.extend_from_slice(b"tail");
     assert!(read_all(&s, "/v1/stream/keep") == keep);
+}
+
+/// `/v1/stream/keep` reads back as `keep` after cleaning and after a restart.
+fn keep_survives_a_restart(s: &mut Server, keep: &[u8]) {
+    assert!(
+        read_all(s, "/v1/stream/keep") == keep,
+        "live data changed while cleaning"
+    );
+    s.restart();
+    assert!(
+        read_all(s, "/v1/stream/keep") == keep,
+        "live data changed after restart"
+    );
 }
 
 fn fill_more(s: &Server, path: &str, round: usize) -> Vec<u8> {
@@ -467,13 +472,5 @@ fn live_data_across_read_windows_survives_cleaning() {
     wait_until("the cleaner to reclaim two segments", || {
         segments_cleaned(&s) >= 2
     });
-    assert!(
-        read_all(&s, "/v1/stream/keep") == keep,
-        "live data changed while cleaning"
-    );
-    s.restart();
-    assert!(
-        read_all(&s, "/v1/stream/keep") == keep,
-        "live data changed after restart"
-    );
+    keep_survives_a_restart(&mut s, &keep);
 }

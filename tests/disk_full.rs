@@ -146,6 +146,22 @@ fn fill_segments(s: &Server, acked: &mut [Vec<u8>]) {
     assert_eq!(append_to_pads(s, b"p", acked), PADS, "every shard is full");
 }
 
+/// A server on `disk` with bucket `FROZEN` and the pad streams, then the
+/// disk filled (less than a segment left: no new segment can be made) and
+/// every shard's open segment too; what the pads acknowledged.
+fn full_disk_with_pads(disk: &SmallDisk, args: &[&str]) -> (Server, Vec<Vec<u8>>) {
+    let s = Server::start_in(disk.mount.join("data"), args);
+    let frozen = format!("/{FROZEN}");
+    assert_eq!(req(s.addr, "PUT", &frozen, &[], b"").status, 201);
+    for i in 0..PADS {
+        assert_eq!(req(s.addr, "PUT", &pad(i), TEXT, b"").status, 201);
+    }
+    let mut acked = vec![Vec::new(); PADS];
+    disk.fill_leaving(MIB);
+    fill_segments(&s, &mut acked);
+    (s, acked)
+}
+
 /// All of `stream`, a catch-up window at a time.
 fn read_all(s: &Server, stream: &str) -> Vec<u8> {
     let (mut data, mut offset) = (Vec::new(), "-1".to_string());
@@ -181,19 +197,8 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
     let Some(disk) = SmallDisk::new(64) else {
         return;
     };
-    let mut s = Server::start_in(disk.mount.join("data"), &without_reserve());
+    let (mut s, acked) = full_disk_with_pads(&disk, &without_reserve());
     let text = TEXT;
-    assert_eq!(
-        req(s.addr, "PUT", &format!("/{FROZEN}"), &[], b"").status,
-        201
-    );
-    for i in 0..PADS {
-        assert_eq!(req(s.addr, "PUT", &pad(i), text, b"").status, 201);
-    }
-    let mut acked = vec![Vec::new(); PADS];
-    // Less than a segment left: no new segment can be made.
-    disk.fill_leaving(MIB);
-    fill_segments(&s, &mut acked);
 
     // A bucket create no log took is not a bucket anywhere.
     assert_insufficient(&req(s.addr, "PUT", &format!("/{GHOST}"), &[], b""));
@@ -244,8 +249,19 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
         req(s.addr, "GET", &format!("/{FROZEN}"), &[], b"").status,
         404
     );
+    pads_read_back(&s, &acked, 0);
+    drop(s);
+}
+
+/// Every pad from `deleted` on reads back what it acknowledged; those
+/// before were deleted.
+fn pads_read_back(s: &Server, acked: &[Vec<u8>], deleted: usize) {
     for (i, acked) in acked.iter().enumerate() {
-        let read = read_all(&s, &pad(i));
+        if i < deleted {
+            assert_eq!(req(s.addr, "HEAD", &pad(i), &[], b"").status, 404);
+            continue;
+        }
+        let read = read_all(s, &pad(i));
         assert!(
             read == *acked,
             "pad {i}: {} of {} bytes",
@@ -253,7 +269,6 @@ fn a_full_disk_refuses_bucket_changes_cleanly_and_loses_nothing() {
             acked.len()
         );
     }
-    drop(s);
 }
 
 /// The shard (`rill_appends_total{shard=..}`) each pad stream lives on.
@@ -365,15 +380,8 @@ fn a_full_disk_keeps_room_for_deletes() {
     };
     let mut args = SERVE_ARGS.to_vec();
     args.extend(["--clean-interval-ms", "100"]);
-    let mut s = Server::start_in(disk.mount.join("data"), &args);
+    let (mut s, mut acked) = full_disk_with_pads(&disk, &args);
     let frozen = format!("/{FROZEN}");
-    assert_eq!(req(s.addr, "PUT", &frozen, &[], b"").status, 201);
-    for i in 0..PADS {
-        assert_eq!(req(s.addr, "PUT", &pad(i), TEXT, b"").status, 201);
-    }
-    let mut acked = vec![Vec::new(); PADS];
-    disk.fill_leaving(MIB);
-    fill_segments(&s, &mut acked);
 
     // Writes that add data are refused everywhere.
     assert_insufficient(&req(s.addr, "PUT", &format!("/{GHOST}"), &[], b""));
@@ -412,18 +420,6 @@ fn a_full_disk_keeps_room_for_deletes() {
     s.kill();
     s.restart();
     assert_eq!(req(s.addr, "GET", &frozen, &[], b"").status, 404);
-    for (i, acked) in acked.iter().enumerate() {
-        if i < PADS / 2 {
-            assert_eq!(req(s.addr, "HEAD", &pad(i), &[], b"").status, 404);
-            continue;
-        }
-        let read = read_all(&s, &pad(i));
-        assert!(
-            read == *acked,
-            "pad {i}: {} of {} bytes",
-            read.len(),
-            acked.len()
-        );
-    }
+    pads_read_back(&s, &acked, PADS / 2);
     drop(s);
 }

@@ -304,14 +304,18 @@ impl Future for Pass {
 mod tests {
     use super::*;
 
+    fn runtime() -> monoio::Runtime<monoio::time::TimeDriver<monoio::IoUringDriver>> {
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .enable_timer()
+            .build()
+            .unwrap()
+    }
+
     /// A burst larger than a slice goes through in slices, each admitted
     /// only after the tasks that were ready before it ran.
     #[test]
     fn a_burst_passes_in_slices_with_others_in_between() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let gate = Rc::new(Gate::default());
             let log = Rc::new(RefCell::new(Vec::new()));
             let burst = 3 * SLICE + 5;
@@ -350,10 +354,7 @@ mod tests {
     /// the next slice, not after the burst.
     #[test]
     fn audiences_take_turns_round_robin() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let gate = Rc::new(Gate::default());
             let log = Rc::new(RefCell::new(Vec::new()));
             let burst = 4 * SLICE;
@@ -379,11 +380,7 @@ mod tests {
     /// the last slice too, and goes once they all ran.
     #[test]
     fn anchors_live_until_the_last_reader_ran() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::FusionDriver>::new()
-            .enable_timer()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let gate = Rc::new(Gate::default());
             let rendered: Anchor = Rc::new("a step");
             let weak = Rc::downgrade(&rendered);
@@ -412,10 +409,7 @@ mod tests {
     /// The pump's turn goes through the ring: the eventfd read completes.
     #[test]
     fn a_driver_turn_completes_through_the_ring() {
-        let mut rt = monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        runtime().block_on(async {
             let turn = DriverTurn::new().unwrap();
             for _ in 0..3 {
                 turn.take().await.unwrap();
