@@ -11,6 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use common::{Conn, Server, req};
+use rill::log::format::{self, Decoded};
 
 use restart_helpers::*;
 
@@ -410,6 +411,61 @@ fn recovery_does_not_hold_a_whole_segment_in_memory() {
     assert!(
         peak < SEGMENT / 2,
         "a restart peaked at {} MiB with {} MiB segments",
+        peak >> 20,
+        SEGMENT >> 20
+    );
+}
+
+/// A start that finds a torn tail zeroes the rest of its segment in parts
+/// (crash probe, session 21: one buffer of the rest peaked at a segment's
+/// size, 1 GiB with 1 GiB segments, after a power loss).
+#[test]
+fn a_torn_tail_is_scrubbed_in_bounded_memory() {
+    const SEGMENT: u64 = 192 << 20;
+    let segment = SEGMENT.to_string();
+    let mut s = Server::start(&["--cores", "1", "--segment-bytes", &segment]);
+    let r = put(&s, "/v1/stream/torn", &[("Content-Type", OCTET)], b"");
+    expect(&r, 201, "create");
+    let mut conn = Conn::open(s.addr);
+    let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
+    append(&mut conn, "/v1/stream/torn", OCTET, &body);
+    drop(conn);
+    stop(&mut s, Restart::Kill);
+
+    // Bytes no batch-end mark closes, right after the log's end: a torn tail.
+    let dir = s.data_dir.join("shard-00");
+    let mut segments: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .collect();
+    segments.sort();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&segments[0])
+        .unwrap();
+    let mut head = vec![0u8; 1 << 20];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).unwrap();
+    let mut torn_at = 0;
+    while let Decoded::Record { framed_len, .. } = format::decode(&head[torn_at..]) {
+        torn_at += framed_len;
+    }
+    assert!(torn_at > body.len(), "the log holds the append");
+    let torn_at = torn_at as u64;
+    std::os::unix::fs::FileExt::write_all_at(&file, &[0xAB; 500], torn_at).unwrap();
+    drop(file);
+
+    s.restart();
+    assert!(
+        read_from(&s, "/v1/stream/torn", "-1") == body,
+        "data read back"
+    );
+    let peak = s.peak_rss();
+    assert!(
+        peak < SEGMENT / 2,
+        "a start after a torn tail peaked at {} MiB with {} MiB segments",
         peak >> 20,
         SEGMENT >> 20
     );

@@ -16,7 +16,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use super::aligned::{AlignedBuf, BLOCK};
-use super::storage::{SegmentFile, Storage};
+use super::storage::{PREALLOC_CHUNK, SegmentFile, Storage};
 
 /// Where the data of the log ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -268,10 +268,23 @@ impl<S: Storage + 'static> Appender<S> {
             return Ok(());
         };
         debug_assert_eq!(from, block_start(self.write_pos));
-        let mut buf = AlignedBuf::with_capacity((to - from) as usize);
-        buf.resize_zeroed((to - from) as usize);
-        buf.as_mut_slice()[..self.tail.len()].copy_from_slice(&self.tail);
-        self.write_all(buf, from).await.0?;
+        // In parts: the rest of a segment can be GiBs, and one buffer of it
+        // made a start after a torn tail peak at that much memory.
+        let part = (to - from).min(PREALLOC_CHUNK as u64) as usize;
+        let mut buf = AlignedBuf::with_capacity(part);
+        let mut pos = from;
+        while pos < to {
+            let len = (to - pos).min(part as u64) as usize;
+            buf.clear();
+            buf.resize_zeroed(len);
+            if pos == from {
+                buf.as_mut_slice()[..self.tail.len()].copy_from_slice(&self.tail);
+            }
+            let (result, back) = self.write_all(buf, pos).await;
+            result?;
+            buf = back.expect("a whole write gives its buffer back");
+            pos += len as u64;
+        }
         self.sync_data().await?;
         self.dirty = None;
         self.written_unsynced = false;
