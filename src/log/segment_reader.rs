@@ -51,11 +51,6 @@ impl<F: SegmentFile> SegmentReader<F> {
         &self.window[at..]
     }
 
-    /// Whether the whole file has been read.
-    pub fn ended(&self) -> bool {
-        self.ended
-    }
-
     /// Makes the record at `pos` whole in the window when the file holds
     /// it: reads on while `format::decode` would answer `Incomplete`, or
     /// less than a record header is there, and the file goes on. Bytes

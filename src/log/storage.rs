@@ -116,6 +116,34 @@ pub trait Storage {
     }
 }
 
+/// Allocates the first `bytes` of the file `fd` on disk (fallocate(2),
+/// mode 0): a full disk fails here, before any write.
+pub fn allocate(fd: std::os::fd::RawFd, bytes: u64) -> io::Result<()> {
+    let len = libc::off_t::try_from(bytes).map_err(io::Error::other)?;
+    // SAFETY: fallocate on a descriptor the caller owns, with plain integer
+    // arguments; no memory is passed.
+    match unsafe { libc::fallocate(fd, 0, 0, len) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// Unlinks `path` on a thread of its own and waits for it: unlinking a
+/// large file blocks in the kernel (freeing its extents, a discard on `-o
+/// discard` mounts: 15 ms and more for 64 MiB) while the shard goes on.
+pub async fn unlink_off_thread(path: PathBuf) -> io::Result<()> {
+    let (done, unlinked) = flume::bounded(1);
+    std::thread::Builder::new()
+        .name("rill-unlink".to_string())
+        .spawn(move || {
+            let _ = done.send(std::fs::remove_file(path));
+        })?;
+    unlinked
+        .recv_async()
+        .await
+        .map_err(|_| io::Error::other("the unlink thread ended without an answer"))?
+}
+
 /// Writes `bytes` of zeros from offset 0 in `PREALLOC_CHUNK` writes. A short
 /// write is continued from where it stopped; a zero-byte write is an error.
 async fn zero_fill<F: SegmentFile>(file: &F, bytes: u64) -> io::Result<()> {
@@ -330,17 +358,10 @@ impl SegmentFile for DirectFile {
     }
 
     fn reserve(&self, bytes: u64) -> io::Result<()> {
-        let len = libc::off_t::try_from(bytes).map_err(io::Error::other)?;
-        // SAFETY: fallocate on a descriptor this file owns, with plain
-        // integer arguments; no memory is passed.
-        let rc = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, 0, len) };
-        match rc {
-            0 => Ok(()),
-            _ => match io::Error::last_os_error() {
-                // A filesystem without fallocate is reserved by the zeros.
-                e if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
-                e => Err(e),
-            },
+        match allocate(self.file.as_raw_fd(), bytes) {
+            // A filesystem without fallocate is reserved by the zeros.
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Ok(()),
+            other => other,
         }
     }
 }
@@ -386,20 +407,7 @@ impl Storage for DirectStorage {
     }
 
     async fn remove(&self, index: u64) -> io::Result<()> {
-        // Unlinking a large file blocks in the kernel (freeing its extents,
-        // a discard on `-o discard` mounts: 15 ms and more for 64 MiB), so
-        // it runs on a thread of its own while the shard goes on serving.
-        let path = self.path(index);
-        let (done, unlinked) = flume::bounded(1);
-        std::thread::Builder::new()
-            .name("rill-unlink".to_string())
-            .spawn(move || {
-                let _ = done.send(std::fs::remove_file(path));
-            })?;
-        unlinked
-            .recv_async()
-            .await
-            .map_err(|_| io::Error::other("the unlink thread ended without an answer"))??;
+        unlink_off_thread(self.path(index)).await?;
         self.fsync_dir().await
     }
 

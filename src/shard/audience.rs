@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::replies::ReplyLease;
 use super::signal::Signal;
-use super::turns::{Anchor, Gate};
+use super::turns::{Anchor, Gate, Pass};
 use crate::protocol::Surface;
 use crate::protocol::records::RecordView;
 use crate::protocol::sse::{SseCursor, StepKey};
@@ -113,14 +113,20 @@ impl Audience {
         body
     }
 
+    /// A woken reader's turn at `turns` (the whole audience woke with it),
+    /// its renders kept for it meanwhile.
+    pub fn turn(&self, turns: &Rc<Gate>) -> Pass {
+        turns.pass(self.id(), self.rendered())
+    }
+
     /// Names this audience at the turns gate.
-    pub fn id(&self) -> usize {
+    fn id(&self) -> usize {
         self as *const Audience as usize
     }
 
     /// The step and body rendered last, while some reader holds them: the
     /// turns gate keeps them for this audience's waiting readers.
-    pub fn rendered(&self) -> Vec<Anchor> {
+    fn rendered(&self) -> Vec<Anchor> {
         let step = self.step.0.borrow().upgrade().map(|s| s as Anchor);
         let body = self.body.0.borrow().upgrade().map(|b| b as Anchor);
         step.into_iter().chain(body).collect()

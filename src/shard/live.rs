@@ -332,7 +332,7 @@ async fn wait_for_reply(
         }
         if !timed_out {
             // Every waiter at this stream woke with this one: take turns.
-            shard.turns.pass(audience.id(), audience.rendered()).await;
+            audience.turn(&shard.turns).await;
         }
     }
 }

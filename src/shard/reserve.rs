@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use super::Shard;
 use super::commit::CommitError;
+use crate::log::storage::{allocate, unlink_off_thread};
 use crate::stream::Command;
 
 const FILE: &str = "disk-reserve";
@@ -168,10 +169,7 @@ fn make(dir: &Path, bytes: u64) -> io::Result<()> {
         .truncate(false)
         .write(true)
         .open(&path)?;
-    // SAFETY: fallocate(2) on a descriptor we own, with integer arguments.
-    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, bytes as libc::off_t) };
-    if rc != 0 {
-        let e = io::Error::last_os_error();
+    if let Err(e) = allocate(file.as_raw_fd(), bytes) {
         drop(file);
         let _ = std::fs::remove_file(&path);
         return Err(e);
@@ -179,21 +177,11 @@ fn make(dir: &Path, bytes: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Unlinks the reserve file, if any, on a thread of its own (freeing a
-/// large file's blocks blocks in the kernel), and waits for it.
+/// Unlinks the reserve file, if any, off the shard's thread.
 async fn release(dir: &Path) {
     let path = dir.join(FILE);
-    if !path.exists() {
-        return;
-    }
-    let (done, unlinked) = flume::bounded(1);
-    let spawned = std::thread::Builder::new()
-        .name("rill-unlink".to_string())
-        .spawn(move || {
-            let _ = done.send(std::fs::remove_file(path));
-        });
-    if spawned.is_ok() {
-        let _ = unlinked.recv_async().await;
+    if path.exists() {
+        let _ = unlink_off_thread(path).await;
     }
 }
 

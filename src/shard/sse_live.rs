@@ -360,7 +360,7 @@ async fn stream_events(
             .is_err();
         if !timed_out {
             // The whole audience woke with this reader: take turns.
-            shard.turns.pass(audience.id(), audience.rendered()).await;
+            audience.turn(&shard.turns).await;
         }
     }
 }
