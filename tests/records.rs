@@ -3,8 +3,9 @@
 //! its absence on non-JSON streams (§6 intro), the record model and
 //! create/append acknowledgements (§6.1, §6.3) incl. failed appends,
 //! idempotent-producer retries and concurrent appenders, client event time
-//! (§6.2), `Stream-Record-Match` (§6.4), HEAD metadata (§6.5) and
-//! append-batch integration (§6.11). Reads: `records_reads.rs`; live reads
+//! (§6.2), HEAD metadata (§6.5) and
+//! append-batch integration (§6.11). `Stream-Record-Match` (§6.4):
+//! `records_match.rs`. Reads: `records_reads.rs`; live reads
 //! and survival: `records_live.rs`.
 
 mod common;
@@ -30,25 +31,6 @@ fn producer_post(s: &Server, path: &str, id: &str, seq: u64, body: &[u8]) -> com
         ],
         body,
     )
-}
-
-/// The record range and offset of an acknowledged append (200 or 204).
-fn acked(r: &common::Response, what: &str) -> (u64, u64) {
-    assert!(
-        matches!(r.status, 200 | 204),
-        "{what}: {} {:?} {}",
-        r.status,
-        r.headers,
-        r.text()
-    );
-    assert_token(r, what);
-    range(r)
-}
-
-/// Every record of the stream, by record reads.
-fn all_records(s: &Server, path: &str) -> Vec<Value> {
-    let (first, next) = first_next(s, path);
-    records_from(s, path, first, next)
 }
 
 // ------------------------------------------------------------ advertisement
@@ -543,143 +525,6 @@ fn concurrent_appenders_get_disjoint_ranges_that_tile_the_tail() {
     for ((start, next), values) in &all {
         assert_eq!(&stored[*start as usize..*next as usize], values.as_slice());
     }
-}
-
-// ------------------------------------------------------- Stream-Record-Match
-
-#[test]
-fn record_match_equal_to_the_tail_is_accepted() {
-    let s = start();
-    for path in both("match-ok") {
-        create(&s, &path, b"");
-        let r = post_with(&s, &path, &[("Stream-Record-Match", "0")], b"{\"a\":1}");
-        assert_eq!(acked(&r, "match 0"), (0, 1));
-        let r = post_with(&s, &path, &[("Stream-Record-Match", "1")], b"[2,3]");
-        assert_eq!(acked(&r, "match 1"), (1, 3));
-    }
-}
-
-#[test]
-fn record_match_mismatch_is_412_with_the_tail_and_appends_nothing() {
-    let s = start();
-    for path in both("match-412") {
-        create(&s, &path, b"[1,2,3]");
-        let before = head(&s, &path);
-        let before_body = get(&s, &path, "offset=-1").body;
-        for expected in ["0", "2", "4", "1000", "18446744073709551616"] {
-            let r = post_with(&s, &path, &[("Stream-Record-Match", expected)], b"[9,9]");
-            assert_eq!(r.status, 412, "match {expected}: {}", r.text());
-            assert_eq!(num(&r, "stream-record-next"), 3, "the current N");
-            assert_eq!(
-                next_offset(&r),
-                next_offset(&before),
-                "the current tail offset"
-            );
-            assert_token(&r, "412");
-        }
-        // A close-only POST holds the writer to the same precondition.
-        let close = [("Stream-Closed", "true"), ("Stream-Record-Match", "7")];
-        let r = post_with(&s, &path, &close, b"");
-        assert_eq!(r.status, 412, "close-only with a stale match: {}", r.text());
-        assert_eq!(num(&r, "stream-record-next"), 3);
-        let after = head(&s, &path);
-        assert!(
-            after.header("stream-closed").is_none(),
-            "the close did not happen"
-        );
-        assert_eq!(num(&after, "stream-record-next"), 3);
-        assert_eq!(next_offset(&after), next_offset(&before));
-        assert_eq!(get(&s, &path, "offset=-1").body, before_body);
-        let close = [("Stream-Closed", "true"), ("Stream-Record-Match", "3")];
-        assert_eq!(
-            post_with(&s, &path, &close, b"").status,
-            204,
-            "a matching close"
-        );
-        // Repeated on the closed stream, the close is idempotent, but the
-        // precondition still holds (§6.4: a mismatch MUST be 412).
-        assert_eq!(post_with(&s, &path, &close, b"").status, 204, "again");
-        let stale = [("Stream-Closed", "true"), ("Stream-Record-Match", "2")];
-        let r = post_with(&s, &path, &stale, b"");
-        assert_eq!(
-            r.status,
-            412,
-            "a stale match on a closed stream: {}",
-            r.text()
-        );
-        assert_eq!(num(&r, "stream-record-next"), 3);
-    }
-}
-
-#[test]
-fn record_match_composes_with_stream_seq_and_producers() {
-    // "This precondition composes with, but does not replace, Stream-Seq or
-    // idempotent-producer headers."
-    let s = start();
-    let path = bucketed("match-compose");
-    create(&s, &path, b"");
-    let r = post_with(
-        &s,
-        &path,
-        &[("Stream-Seq", "b"), ("Stream-Record-Match", "0")],
-        b"1",
-    );
-    assert_eq!(acked(&r, "both hold"), (0, 1));
-    // Matching tail, regressing Stream-Seq: still rejected.
-    let r = post_with(
-        &s,
-        &path,
-        &[("Stream-Seq", "a"), ("Stream-Record-Match", "1")],
-        b"2",
-    );
-    assert_eq!(r.status, 409, "{}", r.text());
-    // Valid Stream-Seq, wrong tail: 412, and the Stream-Seq is not consumed.
-    let r = post_with(
-        &s,
-        &path,
-        &[("Stream-Seq", "c"), ("Stream-Record-Match", "5")],
-        b"2",
-    );
-    assert_eq!(r.status, 412);
-    let r = post_with(
-        &s,
-        &path,
-        &[("Stream-Seq", "c"), ("Stream-Record-Match", "1")],
-        b"2",
-    );
-    assert_eq!(acked(&r, "Stream-Seq c after the 412"), (1, 2));
-    // A producer append rejected by the precondition commits nothing, so
-    // the same sequence number is then accepted as new data.
-    let producer = |m: &str| {
-        post_with(
-            &s,
-            &path,
-            &[
-                ("Producer-Id", "m"),
-                ("Producer-Epoch", "0"),
-                ("Producer-Seq", "0"),
-                ("Stream-Record-Match", m),
-            ],
-            b"3",
-        )
-    };
-    assert_eq!(producer("0").status, 412);
-    let r = producer("2");
-    assert_eq!(r.status, 200, "new data, not a duplicate: {}", r.text());
-    assert_eq!(acked(&r, "producer"), (2, 3));
-    assert_eq!(all_records(&s, &path), [json!(1), json!(2), json!(3)]);
-}
-
-#[test]
-fn malformed_record_match_is_rejected_and_appends_nothing() {
-    let s = start();
-    let path = bucketed("match-bad");
-    create(&s, &path, b"[1]");
-    for bad in ["abc", "-1", "1.0", "", "0x1"] {
-        let r = post_with(&s, &path, &[("Stream-Record-Match", bad)], b"2");
-        assert_eq!(r.status, 400, "Stream-Record-Match {bad:?}: {}", r.text());
-    }
-    assert_eq!(first_next(&s, &path), (0, 1));
 }
 
 // ------------------------------------------------------------------- HEAD

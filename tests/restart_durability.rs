@@ -380,15 +380,34 @@ fn resharding_fits_large_appends_into_its_batches() {
 
 // ---- 6. recovery's memory ----------------------------------------------------------
 
+/// Segments far larger than the data: a start that read one whole would
+/// show it in its peak memory.
+const BIG_SEGMENT: u64 = 192 << 20;
+
+fn start_with_big_segments() -> Server {
+    Server::start(&["--cores", "1", "--segment-bytes", &BIG_SEGMENT.to_string()])
+}
+
+/// `path` reads back as `data`, and the server's peak memory stayed under
+/// half a segment.
+fn reads_back_within_half_a_segment(s: &Server, path: &str, data: &[u8], what: &str) {
+    assert!(read_from(s, path, "-1") == data, "{what}: data read back");
+    let peak = s.peak_rss();
+    assert!(
+        peak < BIG_SEGMENT / 2,
+        "{what} peaked at {} MiB with {} MiB segments",
+        peak >> 20,
+        BIG_SEGMENT >> 20
+    );
+}
+
 /// Recovery scans a segment through a bounded window (STATUS Next 12), so
 /// a restart's peak memory does not grow with `--segment-bytes`: each
 /// shard used to read its segments whole, preallocated zeros and all.
 /// The 1 MiB appends span the window's edges, and all of them read back.
 #[test]
 fn recovery_does_not_hold_a_whole_segment_in_memory() {
-    const SEGMENT: u64 = 192 << 20;
-    let segment = SEGMENT.to_string();
-    let mut s = Server::start(&["--cores", "1", "--segment-bytes", &segment]);
+    let mut s = start_with_big_segments();
     let r = put(&s, "/v1/stream/big", &[("Content-Type", OCTET)], b"");
     expect(&r, 201, "create");
     let mut conn = Conn::open(s.addr);
@@ -403,17 +422,7 @@ fn recovery_does_not_hold_a_whole_segment_in_memory() {
     drop(conn);
 
     restart(&mut s, Restart::Kill);
-    assert!(
-        read_from(&s, "/v1/stream/big", "-1") == written,
-        "data read back"
-    );
-    let peak = s.peak_rss();
-    assert!(
-        peak < SEGMENT / 2,
-        "a restart peaked at {} MiB with {} MiB segments",
-        peak >> 20,
-        SEGMENT >> 20
-    );
+    reads_back_within_half_a_segment(&s, "/v1/stream/big", &written, "a restart");
 }
 
 /// A start that finds a torn tail zeroes the rest of its segment in parts
@@ -421,9 +430,7 @@ fn recovery_does_not_hold_a_whole_segment_in_memory() {
 /// size, 1 GiB with 1 GiB segments, after a power loss).
 #[test]
 fn a_torn_tail_is_scrubbed_in_bounded_memory() {
-    const SEGMENT: u64 = 192 << 20;
-    let segment = SEGMENT.to_string();
-    let mut s = Server::start(&["--cores", "1", "--segment-bytes", &segment]);
+    let mut s = start_with_big_segments();
     let r = put(&s, "/v1/stream/torn", &[("Content-Type", OCTET)], b"");
     expect(&r, 201, "create");
     let mut conn = Conn::open(s.addr);
@@ -458,15 +465,6 @@ fn a_torn_tail_is_scrubbed_in_bounded_memory() {
     drop(file);
 
     s.restart();
-    assert!(
-        read_from(&s, "/v1/stream/torn", "-1") == body,
-        "data read back"
-    );
-    let peak = s.peak_rss();
-    assert!(
-        peak < SEGMENT / 2,
-        "a start after a torn tail peaked at {} MiB with {} MiB segments",
-        peak >> 20,
-        SEGMENT >> 20
-    );
+    let what = "a start after a torn tail";
+    reads_back_within_half_a_segment(&s, "/v1/stream/torn", &body, what);
 }

@@ -364,3 +364,22 @@ pub fn five(s: &Server, path: &str) {
     );
     append(s, path, &body_of(&values(3..5)));
 }
+
+/// The record range and offset of an acknowledged append (200 or 204).
+pub fn acked(r: &Response, what: &str) -> (u64, u64) {
+    assert!(
+        matches!(r.status, 200 | 204),
+        "{what}: {} {:?} {}",
+        r.status,
+        r.headers,
+        r.text()
+    );
+    assert_token(r, what);
+    range(r)
+}
+
+/// Every record of the stream, by record reads.
+pub fn all_records(s: &Server, path: &str) -> Vec<Value> {
+    let (first, next) = first_next(s, path);
+    records_from(s, path, first, next)
+}
