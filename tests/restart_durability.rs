@@ -384,8 +384,14 @@ fn resharding_fits_large_appends_into_its_batches() {
 /// show it in its peak memory.
 const BIG_SEGMENT: u64 = 192 << 20;
 
-fn start_with_big_segments() -> Server {
-    Server::start(&["--cores", "1", "--segment-bytes", &BIG_SEGMENT.to_string()])
+/// One shard with `BIG_SEGMENT`s, the byte stream `path` created, and a
+/// connection to append with.
+fn start_with_big_segments(path: &str) -> (Server, Conn) {
+    let s = Server::start(&["--cores", "1", "--segment-bytes", &BIG_SEGMENT.to_string()]);
+    let r = put(&s, path, &[("Content-Type", OCTET)], b"");
+    expect(&r, 201, "create");
+    let conn = Conn::open(s.addr);
+    (s, conn)
 }
 
 /// `path` reads back as `data`, and the server's peak memory stayed under
@@ -407,10 +413,7 @@ fn reads_back_within_half_a_segment(s: &Server, path: &str, data: &[u8], what: &
 /// The 1 MiB appends span the window's edges, and all of them read back.
 #[test]
 fn recovery_does_not_hold_a_whole_segment_in_memory() {
-    let mut s = start_with_big_segments();
-    let r = put(&s, "/v1/stream/big", &[("Content-Type", OCTET)], b"");
-    expect(&r, 201, "create");
-    let mut conn = Conn::open(s.addr);
+    let (mut s, mut conn) = start_with_big_segments("/v1/stream/big");
     let mut written = Vec::new();
     for i in 0..12u8 {
         let body: Vec<u8> = (0..(1 << 20) + 3 * i as usize)
@@ -430,10 +433,7 @@ fn recovery_does_not_hold_a_whole_segment_in_memory() {
 /// size, 1 GiB with 1 GiB segments, after a power loss).
 #[test]
 fn a_torn_tail_is_scrubbed_in_bounded_memory() {
-    let mut s = start_with_big_segments();
-    let r = put(&s, "/v1/stream/torn", &[("Content-Type", OCTET)], b"");
-    expect(&r, 201, "create");
-    let mut conn = Conn::open(s.addr);
+    let (mut s, mut conn) = start_with_big_segments("/v1/stream/torn");
     let body: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8 + 1).collect();
     append(&mut conn, "/v1/stream/torn", OCTET, &body);
     drop(conn);
