@@ -204,7 +204,7 @@ fn bench_record(c: &mut Criterion) {
         key: "orders/eu-west-2024".to_string(),
         stream_id: 7,
         start: 123_456_789,
-        data: text_payload(256),
+        data: text_payload(256).into(),
         producer: Some(ProducerWrite {
             id: "checkout-service-7f3a".to_string(),
             epoch: 3,

@@ -31,7 +31,7 @@ fn append(shard: &Shard, key: &str, len: usize) -> Command {
         key: key.to_string(),
         stream_id: stream.id,
         start: stream.head_tail(),
-        data: vec![b'x'; len],
+        data: vec![b'x'; len].into(),
         producer: None,
         stream_seq: None,
         close: false,

@@ -56,7 +56,7 @@ fn append_with(
         key: key.to_string(),
         stream_id: id(key),
         start,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
         producer,
         stream_seq: stream_seq.map(str::to_string),
         close,

@@ -36,7 +36,7 @@ fn append(data: &[u8]) -> Command {
         key: KEY.to_string(),
         stream_id: 0,
         start: 0,
-        data: data.to_vec(),
+        data: data.to_vec().into(),
         producer: None,
         stream_seq: None,
         close: false,

@@ -5,6 +5,8 @@
 //! (`Stream-Record-Match`, extensions §6.4), Stream-Seq. Replies on JSON
 //! streams carry the record range the write created (§6.3).
 
+use bytes::Bytes;
+
 use super::headers::{producer, wants_close};
 use super::producer::{ProducerDecision, decide as decide_producer};
 use super::response::{Response, bad_request, conflict, not_found};
@@ -104,22 +106,32 @@ fn stream_taking_body<'t>(
     Ok((stream, producer))
 }
 
-/// JSON streams store normalized messages; an empty array is a 400 (§7.1).
-/// `normalized` is the body's normalization when the shard made it ahead.
+/// Byte-stream bodies from this size on are stored shared with the
+/// request, not copied. A smaller one is copied: sharing would add a
+/// reference-count header to every cached chunk, and the copy is cheap.
+pub const SHARED_FROM: usize = 16 << 10;
+
+/// The bytes `body` is stored as: a byte stream keeps the body as sent (a
+/// large one shared, not copied); JSON streams store normalized messages,
+/// and an empty array is a 400 (§7.1). `normalized` is the body's
+/// normalization when the shard made it ahead.
 pub fn canonical(
     stream: &Stream,
-    body: &[u8],
+    body: &Bytes,
     normalized: Option<json::Normalized>,
-) -> Result<Vec<u8>, Response> {
+) -> Result<Bytes, Response> {
     if !stream.json {
-        return Ok(body.to_vec());
+        return Ok(match body.len() >= SHARED_FROM {
+            true => body.clone(),
+            false => Bytes::copy_from_slice(body),
+        });
     }
     let invalid = |e: &json::JsonError| bad_request(&e.message());
     let (data, count) = json::normalized(body, normalized).map_err(|e| invalid(&e))?;
     if count == 0 {
         return Err(invalid(&json::JsonError::EmptyArray));
     }
-    Ok(data)
+    Ok(Bytes::from(data))
 }
 
 /// 200 with producer headers (new data from a producer), else 204.

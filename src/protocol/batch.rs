@@ -6,6 +6,7 @@
 //! request with 400 or 413; a valid Content-Type that differs from the
 //! stream's is the whole request's 409, as on a plain append (§5.2).
 
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::append::{canonical, check_same_content_type, check_valid_content_type};
@@ -148,7 +149,7 @@ pub fn decide_frame(
     key: &str,
     incarnation: Option<u64>,
     table: &Table,
-    (frame, normalized): (&[u8], Option<Normalized>),
+    (frame, normalized): (&Bytes, Option<Normalized>),
     now_ms: u64,
 ) -> Result<Command, Ack> {
     let same = table.get(key).filter(|s| Some(s.id) == incarnation);
@@ -344,16 +345,39 @@ mod tests {
     fn a_frame_after_its_stream_was_replaced_is_not_found() {
         let mut table = Table::default();
         let first = created(&mut table, "b/s", 1);
-        assert!(decide_frame("b/s", Some(first), &table, (b"[1,2]", None), 1).is_ok());
+        assert!(
+            decide_frame(
+                "b/s",
+                Some(first),
+                &table,
+                (&Bytes::from_static(b"[1,2]"), None),
+                1
+            )
+            .is_ok()
+        );
         table.apply(Command::Delete {
             key: "b/s".to_string(),
             stream_id: first,
         });
-        let gone = decide_frame("b/s", Some(first), &table, (b"[1]", None), 2).unwrap_err();
+        let gone = decide_frame(
+            "b/s",
+            Some(first),
+            &table,
+            (&Bytes::from_static(b"[1]"), None),
+            2,
+        )
+        .unwrap_err();
         assert!(matches!(gone, Ack::Failed { status: 404, .. }), "{gone:?}");
         let second = created(&mut table, "b/s", 3);
         assert_ne!(first, second);
-        let replaced = decide_frame("b/s", Some(first), &table, (b"[1]", None), 4).unwrap_err();
+        let replaced = decide_frame(
+            "b/s",
+            Some(first),
+            &table,
+            (&Bytes::from_static(b"[1]"), None),
+            4,
+        )
+        .unwrap_err();
         assert!(
             matches!(replaced, Ack::Failed { status: 404, .. }),
             "{replaced:?}"

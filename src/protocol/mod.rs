@@ -26,15 +26,21 @@ pub mod sse;
 pub mod whole;
 pub mod window;
 
+use bytes::Bytes;
+
 use crate::http::parse::{Method, RequestHead};
 use crate::stream::{Command, Table};
 pub use response::Response;
 pub use router::{Surface, Target};
 
+/// The body of a request that has none.
+pub static NO_BODY: Bytes = Bytes::new();
+
 /// One request as the protocol sees it: the parsed head and the whole body.
+/// The body is shared so that a byte stream stores it as sent, no copy.
 pub struct Request<'a> {
     pub head: &'a RequestHead,
-    pub body: &'a [u8],
+    pub body: &'a Bytes,
     pub surface: Surface,
     pub key: &'a str,
     pub now_ms: u64,
@@ -50,7 +56,7 @@ impl<'a> Request<'a> {
     /// snapshots, retention, bootstrap): no cursor, so no jitter.
     pub fn sub_resource(
         head: &'a RequestHead,
-        body: &'a [u8],
+        body: &'a Bytes,
         key: &'a str,
         now_ms: u64,
     ) -> Request<'a> {

@@ -405,7 +405,7 @@ mod tests {
             key: "k".into(),
             stream_id,
             start,
-            data: data.to_vec(),
+            data: data.to_vec().into(),
             producer: None,
             stream_seq: None,
             close: false,

@@ -46,9 +46,10 @@ impl Harness {
             Surface::V1 => path.to_string(),
             Surface::Bucket => path.trim_start_matches('/').to_string(),
         };
+        let body = bytes::Bytes::copy_from_slice(body);
         let req = Request {
             head: &head,
-            body,
+            body: &body,
             surface,
             key: &key,
             now_ms,
@@ -603,4 +604,40 @@ fn ttl_reads_are_logged_once_per_tenth_of_a_window() {
     // Without a TTL nothing is logged.
     h.reply("PUT", "/v1/stream/no-ttl", &[], b"");
     assert!(access_record(&h.table, "/v1/stream/no-ttl", NOW + (1 << 40)).is_none());
+}
+
+/// The `Command::Append` `decide_stream` makes of a POST of `body` to KEY.
+fn decided_append(h: &Harness, body: &Bytes) -> Bytes {
+    let raw = format!("POST {KEY} HTTP/1.1\r\nhost: h\r\ncontent-type: text/plain\r\n\r\n");
+    let head = parse_head(raw.as_bytes(), &Limits::default())
+        .unwrap()
+        .unwrap();
+    let req = Request {
+        head: &head,
+        body,
+        surface: Surface::V1,
+        key: KEY,
+        now_ms: NOW,
+        normalized: Default::default(),
+    };
+    let Action::Commit { commands, .. } = decide_stream(&req, &h.table) else {
+        panic!("the append is not committed");
+    };
+    let [Command::Append { data, .. }] = &commands[..] else {
+        panic!("not one append: {commands:?}");
+    };
+    assert_eq!(data, body);
+    data.clone()
+}
+
+#[test]
+fn a_large_byte_append_stores_the_body_as_sent_without_a_copy() {
+    let mut h = Harness::new();
+    text(&mut h);
+    let large = Bytes::from(vec![b'x'; append::SHARED_FROM]);
+    let stored = decided_append(&h, &large);
+    assert_eq!(stored.as_ptr(), large.as_ptr(), "the body was copied");
+    let small = Bytes::from(vec![b'x'; append::SHARED_FROM - 1]);
+    let stored = decided_append(&h, &small);
+    assert_ne!(stored.as_ptr(), small.as_ptr(), "a small body was shared");
 }

@@ -6,6 +6,8 @@
 
 use std::rc::Rc;
 
+use bytes::Bytes;
+
 use super::commit::CommitError;
 use super::{Shard, slices};
 use crate::http::parse::RequestHead;
@@ -46,7 +48,7 @@ fn not_committed(error: &CommitError) -> Ack {
 pub async fn serve(
     shard: &Rc<Shard>,
     head: &RequestHead,
-    body: &[u8],
+    body: &Bytes,
     key: &str,
     bucket: &str,
 ) -> Response {
@@ -77,11 +79,13 @@ pub async fn serve(
             since_yield = 0;
         }
         since_yield += frame.len();
+        // A frame of a byte stream is stored as a slice of the body, no copy.
+        let frame = body.slice_ref(frame);
         // A large JSON frame is normalized in slices, as a large append is.
         let wanted = slices::worth_slicing(shard, head, key, frame.len());
-        let normalized = slices::ahead(wanted, frame).await;
+        let normalized = slices::ahead(wanted, &frame).await;
         let table = shard.table.borrow();
-        let decided = batch::decide_frame(key, incarnation, &table, (frame, normalized), now_ms);
+        let decided = batch::decide_frame(key, incarnation, &table, (&frame, normalized), now_ms);
         drop(table);
         match decided {
             Ok(command) => {

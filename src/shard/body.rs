@@ -8,6 +8,8 @@
 
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+
 use monoio::net::TcpStream;
 
 use super::Shard;
@@ -20,6 +22,18 @@ use crate::protocol::Response;
 /// Leases on the request body bytes a connection holds; bodies under
 /// `COUNTED_BYTES` take none (a read buffer's worth).
 pub type BodyLeases = Vec<ReplyLease>;
+
+/// `body` as the protocol takes it: shared, so that an append stores it as
+/// sent. The cache keeps the allocation for as long as the bytes stay
+/// cached and counts only their length, so a buffer with more than a
+/// quarter of its length spare is copied instead (a counted body has
+/// `READ_CHUNK` spare: a copy only below 64 KiB).
+pub fn shared(body: Vec<u8>) -> Bytes {
+    match body.capacity() - body.len() > body.len() / 4 {
+        true => Bytes::copy_from_slice(&body),
+        false => Bytes::from(body),
+    }
+}
 
 /// The first lease of a counted body; later ones double what is leased, so
 /// a large body takes a few leases and its buffer a few reallocations.
@@ -257,5 +271,23 @@ mod tests {
         let mut pace = Pace::new(idle, 0, &open);
         pace.started -= Duration::from_secs(3600);
         assert_eq!(pace.wait(0), Some(idle));
+    }
+
+    #[test]
+    fn a_body_is_shared_unless_its_buffer_has_much_room_to_spare() {
+        let mut tight = Vec::with_capacity(1 << 20);
+        tight.resize((1 << 20) - READ_CHUNK, b'x');
+        let at = tight.as_ptr();
+        assert_eq!(
+            shared(tight).as_ptr(),
+            at,
+            "a counted body's buffer is kept"
+        );
+        let mut loose = Vec::with_capacity(4096);
+        loose.resize(1024, b'x');
+        let at = loose.as_ptr();
+        let copy = shared(loose);
+        assert_ne!(copy.as_ptr(), at, "a mostly empty buffer is copied");
+        assert_eq!(copy.len(), 1024);
     }
 }

@@ -14,7 +14,7 @@ use crate::http::parse::{Method, RequestHead};
 use crate::http::render::{self, Persistence, Streamed};
 use crate::protocol::bootstrap;
 use crate::protocol::response::{not_found, storage_unavailable};
-use crate::protocol::{Request, Response};
+use crate::protocol::{NO_BODY, Request, Response};
 
 /// Bytes fetched at a time.
 const WINDOW_BYTES: u64 = 1 << 20;
@@ -107,7 +107,7 @@ pub async fn serve(
     }
     // An expired stream is gone (PROTOCOL.md §5.1 TTL): reaped, it is 404.
     shard.reap_if_expired(key);
-    let req = Request::sub_resource(head, &[], key, 0);
+    let req = Request::sub_resource(head, &NO_BODY, key, 0);
     if let Err(reply) = bootstrap::check(&req) {
         let reply = advertised(shard, key, reply);
         return respond(shard, socket, reply, keep, false).await;

@@ -5,6 +5,7 @@
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use monoio::net::TcpStream;
 
 use super::conn::respond;
@@ -24,6 +25,7 @@ pub async fn handle(
 ) -> bool {
     let keep = Persistence::of(head.keep_alive && !shard.stopping.get(), head.http11);
     let is_head = head.method == Method::Head;
+    let body = super::body::shared(body);
     if head.method == Method::Options {
         return respond(shard, socket, render::preflight(), keep, false).await;
     }
@@ -177,7 +179,7 @@ pub fn queue_full() -> Response {
 
 struct StreamRequest<'a> {
     head: &'a RequestHead,
-    body: &'a [u8],
+    body: &'a Bytes,
     surface: Surface,
     key: &'a str,
     bucket: Option<&'a str>,

@@ -10,11 +10,13 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use bytes::Bytes;
+
 use super::{Shard, blobs};
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::response::not_found;
 use crate::protocol::snapshot::{self, Publish};
-use crate::protocol::{Request, Response, records};
+use crate::protocol::{NO_BODY, Request, Response, records};
 use crate::stream::{Command, Snapshot, Table};
 
 fn blob_dir(shard: &Shard) -> PathBuf {
@@ -75,7 +77,7 @@ pub fn with_record_bounds(shard: &Shard, key: &str, reply: Response) -> Response
 pub async fn serve(
     shard: &Rc<Shard>,
     head: &RequestHead,
-    body: &[u8],
+    body: &Bytes,
     key: &str,
     bucket: &str,
     offset: Option<&str>,
@@ -255,7 +257,7 @@ pub async fn serve_retention(
         let Some(stream) = table.get_visible(key) else {
             return not_found("stream not found");
         };
-        let req = Request::sub_resource(head, &[], key, 0);
+        let req = Request::sub_resource(head, &NO_BODY, key, 0);
         snapshot::decide_retention(&req, stream, at).map(|to| (stream.id, to))
     };
     let command = match decided {

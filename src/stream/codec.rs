@@ -62,6 +62,8 @@
 //! Decoding never panics and never allocates more than the payload's length:
 //! every length is checked against the bytes that remain before copying.
 
+use bytes::Bytes;
+
 use crate::stream::command::{Command, ForkOrigin, ProducerWrite};
 use crate::stream::state::Snapshot;
 use std::fmt;
@@ -637,7 +639,7 @@ fn decode_append(r: &mut Reader<'_>) -> Result<Command, CodecError> {
         key,
         stream_id,
         start,
-        data: data.to_vec(),
+        data: Bytes::copy_from_slice(data),
         producer: r.producer()?,
         stream_seq: r.opt_string()?,
         close: r.bool()?,

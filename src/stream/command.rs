@@ -1,6 +1,8 @@
 //! Commands: the only way stream state changes. Each is decided by `protocol`,
 //! committed by the shard, then applied by `Table::apply`.
 
+use bytes::Bytes;
+
 /// Idempotent-producer coordinates carried inside the write they guard
 /// (PROTOCOL.md §5.2.1), so data and dedup state change together.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,7 +52,7 @@ pub enum Command {
         /// places data by these even when records come out of order.
         stream_id: u64,
         start: u64,
-        data: Vec<u8>,
+        data: Bytes,
         producer: Option<ProducerWrite>,
         stream_seq: Option<String>,
         close: bool,

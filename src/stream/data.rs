@@ -220,13 +220,13 @@ impl StreamData {
     }
 
     /// Appends decided bytes (cached until committed and evicted).
-    pub fn push(&mut self, data: Vec<u8>) {
+    pub fn push(&mut self, data: Bytes) {
         if data.is_empty() {
             return;
         }
         let start = self.tail;
         self.tail += data.len() as u64;
-        self.chunks.push_back((start, Bytes::from(data)));
+        self.chunks.push_back((start, data));
     }
 
     /// Takes back decided bytes down to `len` (an append boundary that is
@@ -403,8 +403,8 @@ mod tests {
     #[test]
     fn cached_reads_span_chunks() {
         let mut d = StreamData::default();
-        d.push(b"hello".to_vec());
-        d.push(b" world".to_vec());
+        d.push(b"hello".to_vec().into());
+        d.push(b" world".to_vec().into());
         let mut out = Vec::new();
         d.copy_cached(3, 9, &mut out);
         assert_eq!(out, b"lo wor");
@@ -421,8 +421,8 @@ mod tests {
     #[test]
     fn only_located_chunks_are_evicted() {
         let mut d = StreamData::default();
-        d.push(b"abc".to_vec());
-        d.push(b"def".to_vec());
+        d.push(b"abc".to_vec().into());
+        d.push(b"def".to_vec().into());
         assert_eq!(d.evict_front(), None);
         d.locate(0, 3, 1, 4096);
         assert_eq!(d.evict_front(), Some(3));
@@ -462,7 +462,7 @@ mod tests {
             if pos >= 64 << 20 {
                 (segment, pos) = (segment + 1, 0);
             }
-            d.push(vec![b'x'; 256]);
+            d.push(vec![b'x'; 256].into());
             d.locate(start, 256, segment, pos);
             model.push(Extent {
                 start,
@@ -500,7 +500,7 @@ mod tests {
         for i in 0..5000u64 {
             let len = i % 7;
             let (segment, pos) = (1 + i / 900, (i % 900) * 64);
-            d.push(vec![b'x'; len as usize]);
+            d.push(vec![b'x'; len as usize].into());
             d.locate(start, len, segment, pos);
             model.push(Extent {
                 start,
@@ -576,9 +576,9 @@ mod tests {
     #[test]
     fn truncate_takes_back_unlocated_appends() {
         let mut d = StreamData::default();
-        d.push(b"abc".to_vec());
+        d.push(b"abc".to_vec().into());
         d.locate(0, 3, 1, 0);
-        d.push(b"def".to_vec());
+        d.push(b"def".to_vec().into());
         d.truncate(3);
         assert_eq!((d.tail(), d.cache_start()), (3, 0));
     }

@@ -126,7 +126,7 @@ fn stream_data_matches_a_list_of_extents() {
                             _ => 1 + rng.below(5000),
                         };
                         let start = d.tail();
-                        d.push(vec![b'x'; len as usize]);
+                        d.push(vec![b'x'; len as usize].into());
                         pos += 100 + rng.below(2000);
                         if pos > 1 << 26 || rng.below(300) == 0 {
                             segment += 1;

@@ -142,7 +142,7 @@ impl Table {
         stream.snapshot = snapshot.map(|s| *s);
         stream.visible_tail = start;
         stream.fork = Some(origin);
-        super::table::push_data(stream, data);
+        super::table::push_data(stream, data.into());
         let done = super::table::applied(&key, stream, start);
         self.count_source(source_id, true);
         (done, undo)

@@ -102,7 +102,7 @@ mod tests {
             key: key.into(),
             stream_id: id,
             start: table.get(key).unwrap().tail(),
-            data: data.to_vec(),
+            data: data.to_vec().into(),
             producer: None,
             stream_seq: None,
             close: false,

@@ -628,7 +628,7 @@ mod tests {
             key: "k".into(),
             stream_id: new,
             start: 6,
-            data: b"4\n".to_vec(),
+            data: b"4\n".to_vec().into(),
             producer: None,
             stream_seq: None,
             close: false,

@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 
+use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::command::{Command, ProducerWrite};
@@ -497,7 +498,7 @@ impl Table {
             fork: None,
             soft_deleted: false,
         };
-        push_data(&mut stream, data);
+        push_data(&mut stream, data.into());
         let done = applied(&key, &stream, 0);
         self.cache.keys.insert(stream.id, key.clone());
         self.streams.insert(key.clone(), stream);
@@ -674,7 +675,7 @@ fn record_producer(
 
 /// Appends canonical bytes and records message boundaries: one per line on
 /// JSON streams, one per append otherwise.
-pub(super) fn push_data(stream: &mut Stream, data: Vec<u8>) {
+pub(super) fn push_data(stream: &mut Stream, data: Bytes) {
     if data.is_empty() {
         return;
     }

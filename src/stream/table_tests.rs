@@ -18,7 +18,7 @@ fn append(
         key: key.into(),
         stream_id: stream.id,
         start: stream.head_tail(),
-        data: data.to_vec(),
+        data: data.to_vec().into(),
         producer,
         stream_seq: Some("b".into()),
         close,
