@@ -422,6 +422,33 @@ fn deduplicated_retry_of_an_older_sequence_returns_its_original_range() {
 }
 
 #[test]
+fn deduplicated_retry_beyond_the_receipt_window_returns_no_record_range() {
+    // A producer's receipts are its 8 latest appends. PROTOCOL.md §5.2.1 as
+    // the extensions' base words it: "beyond the window, return no byte or
+    // record ranges", never the tail's range as if the retry made it.
+    let s = start();
+    for path in both("producer-window") {
+        create(&s, &path, b"");
+        let appends: Vec<(u64, u64)> = (0..12)
+            .map(|seq| acked(&producer_post(&s, &path, "w", seq, b"[1,2]"), "send"))
+            .collect();
+        let tail = next_offset(&get(&s, &path, "offset=-1"));
+        let old = producer_post(&s, &path, "w", 0, b"[1,2]");
+        assert_eq!(old.status, 204, "a duplicate: {}", old.text());
+        assert_eq!(old.header("stream-record-start"), None, "{path}");
+        assert_eq!(old.header("stream-record-next"), None, "{path}");
+        assert_eq!(next_offset(&old), tail, "the tail, as any success has");
+        let newest = producer_post(&s, &path, "w", 11, b"[1,2]");
+        assert_eq!(acked(&newest, "the newest"), appends[11]);
+        assert_eq!(
+            first_next(&s, &path),
+            (0, 24),
+            "the retries appended nothing"
+        );
+    }
+}
+
+#[test]
 fn deduplicated_retry_after_retention_returns_its_original_range() {
     // §6.3 / §6.13: "A deduplicated append returns its original ordinal
     // range", also once retention reclaimed the index entries it began in.

@@ -263,10 +263,12 @@ fn check_new_producer(
 /// producer's recent writes still hold it (PROTOCOL.md §5.2.1 as the
 /// extensions' base words it: "the exact original byte and record
 /// ranges"): `Stream-Next-Offset` where the original ended, and (§6.3) its
-/// record range, also after retention passed it. A long-past sequence gets
-/// the current tail and the record tail for both; after a restart, a write
-/// that retention passed wholly (its ordinals no longer known) gets its own
-/// `Stream-Next-Offset` and the record tail.
+/// record range, also after retention passed it. Beyond that window "return
+/// no byte or record ranges": no record range, and `Stream-Next-Offset` is
+/// the current tail, as on any successful write (the base protocol's 204
+/// carries it). After a restart, a write that retention passed wholly (its
+/// ordinals no longer known) gets its own `Stream-Next-Offset` and no
+/// record range.
 fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Response {
     let original = stream
         .producers
@@ -275,9 +277,10 @@ fn duplicate_ack(stream: &Stream, p: &ProducerWrite, reply: Response) -> Respons
         .and_then(|s| s.recent.range_of(p.seq));
     let next_offset = original.map_or(stream.head_tail(), |w| w.end);
     let reply = reply.header("stream-next-offset", offset::format(next_offset));
-    let tail = stream.messages.next();
-    let (start, next) = original.and_then(|w| w.ordinals()).unwrap_or((tail, tail));
-    records::ack(stream, reply, start, next)
+    match original.and_then(|w| w.ordinals()) {
+        Some((start, next)) => records::ack(stream, reply, start, next),
+        None => records::advertise(stream, reply),
+    }
 }
 
 /// `Stream-Seq` is scoped per stream and compared byte-wise: it must strictly
