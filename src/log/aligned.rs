@@ -118,6 +118,23 @@ impl AlignedBuf {
         self.len = 0;
     }
 
+    /// Drops the first `n` valid bytes, moving the rest to the front.
+    pub fn drain_front(&mut self, n: usize) {
+        assert!(n <= self.len, "drain of {n} bytes past len {}", self.len);
+        self.as_mut_slice().copy_within(n.., 0);
+        self.len -= n;
+    }
+
+    /// Ensures room for `additional` bytes past `len()`, doubling to
+    /// amortize growth.
+    pub fn reserve(&mut self, additional: usize) {
+        let total = self
+            .len
+            .checked_add(additional)
+            .expect("AlignedBuf length overflow");
+        self.reserve_total(total);
+    }
+
     /// Ensures capacity for `total` bytes, doubling to amortize growth.
     fn reserve_total(&mut self, total: usize) {
         if total <= self.cap {

@@ -3,9 +3,10 @@
 //! a time, keeping only what a record that spans two reads needs, so a
 //! restart's memory does not grow with cores × `--segment-bytes`.
 //!
-//! The window holds the file's bytes `[start, start + window.len())`; the
-//! next read always begins at its end, which stays `BLOCK`-aligned until
-//! the file ends (direct reads return whole blocks except at the end).
+//! The window holds the file's bytes `[base, base + window.len())`, read
+//! straight into it: `base` and the window's length stay `BLOCK`-aligned
+//! until the file ends (direct reads return whole blocks except at the
+//! end), so each read lands in place, after what is kept.
 
 use std::io;
 
@@ -18,13 +19,14 @@ pub const WINDOW_BYTES: usize = 4 << 20;
 
 pub struct SegmentReader<F> {
     file: F,
-    window: Vec<u8>,
+    window: AlignedBuf,
     /// File position of `window[0]`.
+    base: u64,
+    /// The first position callers may still ask for: bytes before it go
+    /// at the next read.
     start: u64,
     /// The file has been read to its end.
     ended: bool,
-    /// The read buffer, kept between reads.
-    spare: Option<AlignedBuf>,
 }
 
 impl<F: SegmentFile> SegmentReader<F> {
@@ -32,10 +34,10 @@ impl<F: SegmentFile> SegmentReader<F> {
     pub async fn open<S: Storage<File = F>>(storage: &S, index: u64) -> io::Result<Self> {
         Ok(Self {
             file: storage.open(index).await?,
-            window: Vec::new(),
+            window: AlignedBuf::with_capacity(BLOCK),
+            base: 0,
             start: 0,
             ended: false,
-            spare: None,
         })
     }
 
@@ -47,8 +49,8 @@ impl<F: SegmentFile> SegmentReader<F> {
             "{pos} was dropped (window at {})",
             self.start
         );
-        let at = ((pos - self.start) as usize).min(self.window.len());
-        &self.window[at..]
+        let at = ((pos - self.base) as usize).min(self.window.len());
+        &self.window.as_slice()[at..]
     }
 
     /// Makes the record at `pos` whole in the window when the file holds
@@ -68,11 +70,12 @@ impl<F: SegmentFile> SegmentReader<F> {
     /// and a `pos` past what was read skips the bytes in between unread.
     /// Positions asked must not go backwards.
     pub async fn range(&mut self, pos: u64, len: u64) -> io::Result<&[u8]> {
-        if pos > self.start + self.window.len() as u64 {
+        if pos > self.base + self.window.len() as u64 {
             self.window.clear();
-            self.start = pos - pos % BLOCK as u64;
+            self.base = pos - pos % BLOCK as u64;
+            self.start = self.base;
         }
-        while !self.ended && self.start + (self.window.len() as u64) < pos + len {
+        while !self.ended && self.base + (self.window.len() as u64) < pos + len {
             self.read_more(pos).await?;
         }
         let from = self.from(pos);
@@ -85,23 +88,26 @@ impl<F: SegmentFile> SegmentReader<F> {
         Ok(&from[..len as usize])
     }
 
-    /// Drops the bytes before `keep_from` and reads the next
-    /// `WINDOW_BYTES` of the file onto the window.
+    /// Drops the whole blocks before `keep_from` and reads the next part of
+    /// the file onto the window: what room it has, and a window more only
+    /// when what is kept (a record larger than the room) leaves under half.
     async fn read_more(&mut self, keep_from: u64) -> io::Result<()> {
-        let drop = ((keep_from.max(self.start) - self.start) as usize).min(self.window.len());
-        self.window.drain(..drop);
-        self.start += drop as u64;
-        let next = self.start + self.window.len() as u64;
-        debug_assert!(next.is_multiple_of(BLOCK as u64), "reads stay aligned");
-        let mut buf = self
-            .spare
-            .take()
-            .unwrap_or_else(|| AlignedBuf::with_capacity(WINDOW_BYTES));
-        buf.clear();
-        let (result, buf) = self.file.read_at(buf, next).await;
+        self.start = keep_from.max(self.start);
+        let before = (self.start - self.base) as usize;
+        let drop = (before - before % BLOCK).min(self.window.len());
+        self.window.drain_front(drop);
+        self.base += drop as u64;
+        let next = self.base + self.window.len() as u64;
+        assert!(next.is_multiple_of(BLOCK as u64), "reads stay aligned");
+        if self.window.capacity() - self.window.len() < WINDOW_BYTES / 2 {
+            self.window.reserve(WINDOW_BYTES);
+        }
+        let window = std::mem::replace(&mut self.window, AlignedBuf::with_capacity(BLOCK));
+        let had = window.len();
+        let (result, window) = self.file.read_after(window, next).await;
+        self.window = window;
         let n = result?;
-        self.window.extend_from_slice(&buf.as_slice()[..n]);
-        self.spare = Some(buf);
+        debug_assert_eq!(self.window.len(), had + n);
         // A read of nothing is the end, and so is one ending off a block
         // boundary (direct reads return whole blocks but at the end of a
         // file). A short read of whole blocks is no proof of it: stopping
@@ -133,4 +139,58 @@ pub async fn block_before<S: Storage>(storage: &S, index: u64, pos: u64) -> io::
         ));
     }
     Ok(buf.as_slice()[..wanted].to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use super::*;
+    use crate::log::storage::DirectStorage;
+
+    fn run<F: std::future::Future>(fut: F) -> F::Output {
+        monoio::RuntimeBuilder::<monoio::IoUringDriver>::new()
+            .build()
+            .unwrap()
+            .block_on(fut)
+    }
+
+    /// Byte `i` of the test segment.
+    fn byte(i: u64) -> u8 {
+        (i % 251) as u8
+    }
+
+    #[test]
+    fn reads_land_in_one_window_of_memory() {
+        let dir = std::env::temp_dir().join(format!("rill-reader-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let size = 5 * WINDOW_BYTES as u64 + 5 * BLOCK as u64;
+        run(async {
+            let storage = DirectStorage::new(&dir).unwrap();
+            storage.preallocate(1, size).await.unwrap();
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .open(storage.path(1));
+            let data: Vec<u8> = (0..size).map(byte).collect();
+            file.unwrap().write_all_at(&data, 0).unwrap();
+            let mut reader = SegmentReader::open(&storage, 1).await.unwrap();
+            let (step, len) = (300_001u64, 400_000u64);
+            let mut pos = 17;
+            let big = 2 * WINDOW_BYTES as u64;
+            while pos + len + big <= size {
+                let got = reader.range(pos, len).await.unwrap();
+                assert!(
+                    got.iter().zip(pos..).all(|(b, i)| *b == byte(i)),
+                    "at {pos}"
+                );
+                assert!(reader.window.capacity() <= WINDOW_BYTES, "at {pos}");
+                pos += step;
+            }
+            // A range larger than the window grows it, and still reads.
+            let got = reader.range(pos, big).await.unwrap();
+            assert!(got.iter().zip(pos..).all(|(b, i)| *b == byte(i)));
+            assert_eq!(got.len() as u64, big);
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -18,6 +18,8 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use monoio::buf::IoBufMut;
+
 use super::aligned::{AlignedBuf, BLOCK};
 pub use super::faulty::{Fault, FaultPlan, FaultyFile, FaultyStorage};
 
@@ -39,6 +41,19 @@ pub trait SegmentFile {
     async fn write_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf);
     async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf);
     async fn sync_data(&self) -> io::Result<()>;
+
+    /// Reads up to the room `buf` has past its `len()` (a multiple of
+    /// `BLOCK`) at a `BLOCK`-aligned `pos`, onto its end: on `Ok(n)` its
+    /// `len()` grew by `n`. Direct files read in place; the default reads
+    /// through `read_at` and copies (wrappers that inject faults there).
+    async fn read_after(&self, mut buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        let room = buf.capacity() - buf.len();
+        let (result, read) = self.read_at(AlignedBuf::with_capacity(room), pos).await;
+        if let Ok(n) = result {
+            buf.extend_from_slice(&read.as_slice()[..n]);
+        }
+        (result, buf)
+    }
 
     /// Whether each completed write is already durable (opened `O_DSYNC`),
     /// so that no `sync_data` is needed after it.
@@ -347,6 +362,17 @@ impl SegmentFile for DirectFile {
     async fn read_at(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
         assert_aligned_pos(pos);
         self.file.read_at(buf, pos).await
+    }
+
+    async fn read_after(&self, buf: AlignedBuf, pos: u64) -> (io::Result<usize>, AlignedBuf) {
+        assert_aligned_pos(pos);
+        let at = buf.len();
+        assert!(
+            at.is_multiple_of(BLOCK),
+            "a direct read lands block-aligned"
+        );
+        let (result, room) = self.file.read_at(buf.slice_mut(at..), pos).await;
+        (result, room.into_inner())
     }
 
     async fn sync_data(&self) -> io::Result<()> {
