@@ -60,9 +60,8 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
 }
 
 /// A `*.seg.tmp` file is a segment being zero-filled ahead of need, not
-/// part of the log (the next open removes a leftover one). The scaffold's
-/// appender starts one in the background, and its writes may still land
-/// after the scaffold's runtime is gone, so it is left out of snapshots.
+/// part of the log (the next open removes a leftover one), so it is left
+/// out of snapshots.
 fn is_preallocation(path: &Path) -> bool {
     path.to_string_lossy().ends_with(".seg.tmp")
 }

@@ -130,6 +130,16 @@ impl<S: Storage + 'static> Appender<S> {
         }));
     }
 
+    /// Waits for a background preallocation to end, so that nothing of the
+    /// log is in flight once the appender is dropped (a runtime that ends
+    /// with the zero-fill pending leaks its file, and with it the file's
+    /// lock: `log::handover`).
+    pub async fn settle(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            let _ = spare.await;
+        }
+    }
+
     /// Moves to the next segment (waiting for its preallocation).
     async fn roll(&mut self) -> io::Result<()> {
         self.sync().await?;

@@ -213,7 +213,10 @@ pub fn append(
         // monoio closes a dropped file through the ring: let it happen
         // before the runtime goes. A leaked descriptor would keep its
         // segment's lock, and `rill repair` of this dir would wait for it
-        // as for a dead server's writes (`log::handover`).
+        // as for a dead server's writes (`log::handover`). That includes
+        // the next segment's zero-fill, which may still be running on a
+        // busy machine.
+        appender.settle().await;
         drop(appender);
         monoio::time::sleep(std::time::Duration::from_millis(20)).await;
         spans
