@@ -9,6 +9,8 @@
 //! refused write slides the window too, and a waiting live reader keeps
 //! its stream, and an SSE reader that left lets it go within a window or two.
 //! The extensions' sub-resources slide it as the base's reads and writes do.
+//! A fork that expired while its source was soft-deleted lets the source go
+//! at a restart's first cleaner pass.
 
 mod common;
 
@@ -259,4 +261,39 @@ fn the_extensions_reads_and_writes_slide_the_window_too() {
         let head = req(s.addr, "HEAD", path, &[], b"").status;
         assert_eq!(head, 200, "{name} did not slide {path}'s window");
     }
+}
+
+#[test]
+fn a_fork_that_expired_lets_its_deleted_source_go_at_a_restart() {
+    // A source deleted while forked stays, soft-deleted (410), until its
+    // last fork goes; an expired fork goes when something reaps it. A
+    // restart's first cleaner pass does, though the interval (10 s by
+    // default) has not passed: a server restarted often must not hold
+    // the source's name for good.
+    let mut s = Server::start(&["--cores", "2"]);
+    let source = format!("/v1/stream/{}", unique_name("source"));
+    let fork = format!("/v1/stream/{}", unique_name("fork"));
+    create(&s, &source, "3600");
+    let from = [("Stream-Forked-From", source.as_str()), ("Stream-TTL", "1")];
+    assert_eq!(req(s.addr, "PUT", &fork, &from, b"").status, 201);
+    assert_eq!(req(s.addr, "DELETE", &source, &[], b"").status, 204);
+    assert_eq!(read_status(&s, &source), 410, "soft-deleted while forked");
+    thread::sleep(Duration::from_millis(2_500));
+    s.kill();
+    s.restart();
+    let began = Instant::now();
+    let recreated = loop {
+        let r = req(
+            s.addr,
+            "PUT",
+            &source,
+            &[("Content-Type", "text/plain")],
+            b"",
+        );
+        if r.status != 409 || began.elapsed() > Duration::from_secs(5) {
+            break r.status;
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(recreated, 201, "the source's name is still held");
 }

@@ -53,8 +53,14 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let mut not_worth_it = BTreeSet::new();
     let mut passes = 0u32;
     let mut collected = std::time::Instant::now();
+    // The first pass comes at start: a server restarted sooner than an
+    // interval (a crash loop) still reaps what expired and cleans what
+    // was deleted, and a fork source an expired fork held is let go.
+    let mut first = true;
     while !shard.stopping.get() {
-        monoio::time::sleep(interval).await;
+        if !std::mem::take(&mut first) {
+            monoio::time::sleep(interval).await;
+        }
         super::reserve::on_pass(&shard).await;
         reap_expired(&shard).await;
         super::snapshot::sweep_when_settled(&shard).await;
