@@ -345,39 +345,20 @@ mod tests {
     fn a_frame_after_its_stream_was_replaced_is_not_found() {
         let mut table = Table::default();
         let first = created(&mut table, "b/s", 1);
-        assert!(
-            decide_frame(
-                "b/s",
-                Some(first),
-                &table,
-                (&Bytes::from_static(b"[1,2]"), None),
-                1
-            )
-            .is_ok()
-        );
+        let decide = |table: &Table, frame: &'static [u8], now_ms| {
+            let frame = Bytes::from_static(frame);
+            decide_frame("b/s", Some(first), table, (&frame, None), now_ms)
+        };
+        assert!(decide(&table, b"[1,2]", 1).is_ok());
         table.apply(Command::Delete {
             key: "b/s".to_string(),
             stream_id: first,
         });
-        let gone = decide_frame(
-            "b/s",
-            Some(first),
-            &table,
-            (&Bytes::from_static(b"[1]"), None),
-            2,
-        )
-        .unwrap_err();
+        let gone = decide(&table, b"[1]", 2).unwrap_err();
         assert!(matches!(gone, Ack::Failed { status: 404, .. }), "{gone:?}");
         let second = created(&mut table, "b/s", 3);
         assert_ne!(first, second);
-        let replaced = decide_frame(
-            "b/s",
-            Some(first),
-            &table,
-            (&Bytes::from_static(b"[1]"), None),
-            4,
-        )
-        .unwrap_err();
+        let replaced = decide(&table, b"[1]", 4).unwrap_err();
         assert!(
             matches!(replaced, Ack::Failed { status: 404, .. }),
             "{replaced:?}"
