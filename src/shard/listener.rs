@@ -154,9 +154,13 @@ pub fn run_shard(
         let finish = Rc::new(Cell::new(false));
         let missing = std::mem::take(&mut ready.missing);
         let legacy_access = ready.legacy_access.take();
+        let storage = ready.storage.clone();
         let (shard, writer) = launch(index, config.clone(), mesh, ready, finish.clone());
         monoio::spawn(inbox_loop(shard.clone(), inbox.clone(), conns.clone()));
         prepare(&shard, missing).await;
+        // After `prepare`: its first pass runs at once, and must not copy a
+        // bucket's delete past the create `prepare` logs for it again.
+        monoio::spawn(cleaner::run(shard.clone(), storage));
         if let Some(dir) = legacy_access {
             log_access(&shard, dir);
         }
@@ -174,8 +178,7 @@ pub fn run_shard(
     inbox.drain().for_each(drop);
 }
 
-/// Builds the shard from its recovered state and starts its writer and
-/// cleaner tasks.
+/// Builds the shard from its recovered state and starts its writer task.
 fn launch(
     index: usize,
     config: Arc<Config>,
@@ -209,7 +212,6 @@ fn launch(
         std::time::Duration::from_millis(grace),
     );
     let writer = monoio::spawn(writer::run(shard.clone(), ready.appender, fsync, finish));
-    monoio::spawn(cleaner::run(shard.clone(), ready.storage));
     (shard, writer)
 }
 
