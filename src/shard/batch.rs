@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::commit::CommitError;
 use super::{Shard, slices};
 use crate::http::parse::RequestHead;
+use crate::protocol::append::SHARED_FROM;
 use crate::protocol::batch::{self, Ack};
 use crate::protocol::response::not_found;
 use crate::protocol::{Request, Response, records};
@@ -42,6 +43,18 @@ fn not_committed(error: &CommitError) -> Ack {
         message: error.message.clone(),
         next: None,
         closed: false,
+    }
+}
+
+/// A frame as the append stores it: a slice of the body when the frame is
+/// most of it (no copy of a large frame), else its own copy, so that a
+/// cached frame never keeps a much larger body alive. A frame under
+/// `SHARED_FROM` is copied by `append::canonical` anyway.
+fn frame_bytes(body: &Bytes, frame: &[u8]) -> Bytes {
+    let most = frame.len() * 4 >= body.len() * 3;
+    match frame.len() < SHARED_FROM || most {
+        true => body.slice_ref(frame),
+        false => Bytes::copy_from_slice(frame),
     }
 }
 
@@ -79,8 +92,7 @@ pub async fn serve(
             since_yield = 0;
         }
         since_yield += frame.len();
-        // A frame of a byte stream is stored as a slice of the body, no copy.
-        let frame = body.slice_ref(frame);
+        let frame = frame_bytes(body, frame);
         // A large JSON frame is normalized in slices, as a large append is.
         let wanted = slices::worth_slicing(shard, head, key, frame.len());
         let normalized = slices::ahead(wanted, &frame).await;
@@ -110,4 +122,22 @@ pub async fn serve(
         let _ = shard.barrier().await;
     }
     batch::render(&acks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_frame_is_shared_only_when_it_is_most_of_the_body() {
+        let body = Bytes::from(vec![b'x'; 4 * SHARED_FROM]);
+        let whole = &body[4..];
+        assert_eq!(frame_bytes(&body, whole).as_ptr(), whole.as_ptr());
+        let quarter = &body[4..4 + SHARED_FROM];
+        let copy = frame_bytes(&body, quarter);
+        assert_ne!(copy.as_ptr(), quarter.as_ptr(), "it would pin the body");
+        assert_eq!(copy, quarter);
+        let small = &body[4..104];
+        assert_eq!(frame_bytes(&body, small).as_ptr(), small.as_ptr());
+    }
 }

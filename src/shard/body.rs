@@ -18,18 +18,21 @@ use super::replies::{COUNTED_BYTES, ReplyLease, bodies_busy};
 use crate::http::chunked::ChunkedDecoder;
 use crate::http::parse::{BodyKind, Limits, RequestHead};
 use crate::protocol::Response;
+use crate::protocol::append::SHARED_FROM;
 
 /// Leases on the request body bytes a connection holds; bodies under
 /// `COUNTED_BYTES` take none (a read buffer's worth).
 pub type BodyLeases = Vec<ReplyLease>;
 
-/// `body` as the protocol takes it: shared, so that an append stores it as
-/// sent. The cache keeps the allocation for as long as the bytes stay
-/// cached and counts only their length, so a buffer with more than a
-/// quarter of its length spare is copied instead (a counted body has
-/// `READ_CHUNK` spare: a copy only below 64 KiB).
+/// An append's body as the protocol takes it: shared, so that a large one
+/// is stored as sent (`append::canonical` copies a small one). The cache
+/// keeps the allocation for as long as the bytes stay cached and counts
+/// only their length, so a large body whose buffer has more than a quarter
+/// of its length spare (a chunked one) is copied to its length first; a
+/// counted body has `READ_CHUNK` spare and is not.
 pub fn shared(body: Vec<u8>) -> Bytes {
-    match body.capacity() - body.len() > body.len() / 4 {
+    let spare = body.capacity() - body.len();
+    match body.len() >= SHARED_FROM && spare > body.len() / 4 {
         true => Bytes::copy_from_slice(&body),
         false => Bytes::from(body),
     }
@@ -278,16 +281,17 @@ mod tests {
         let mut tight = Vec::with_capacity(1 << 20);
         tight.resize((1 << 20) - READ_CHUNK, b'x');
         let at = tight.as_ptr();
-        assert_eq!(
-            shared(tight).as_ptr(),
-            at,
-            "a counted body's buffer is kept"
-        );
-        let mut loose = Vec::with_capacity(4096);
-        loose.resize(1024, b'x');
+        let kept = shared(tight);
+        assert_eq!(kept.as_ptr(), at, "a counted body's buffer is kept");
+        let mut loose = Vec::with_capacity(4 * SHARED_FROM);
+        loose.resize(SHARED_FROM, b'x');
         let at = loose.as_ptr();
         let copy = shared(loose);
         assert_ne!(copy.as_ptr(), at, "a mostly empty buffer is copied");
-        assert_eq!(copy.len(), 1024);
+        assert_eq!(copy.len(), SHARED_FROM);
+        let mut small = Vec::with_capacity(4096);
+        small.resize(100, b'x');
+        let at = small.as_ptr();
+        assert_eq!(shared(small).as_ptr(), at, "canonical copies a small one");
     }
 }

@@ -25,7 +25,11 @@ pub async fn handle(
 ) -> bool {
     let keep = Persistence::of(head.keep_alive && !shard.stopping.get(), head.http11);
     let is_head = head.method == Method::Head;
-    let body = super::body::shared(body);
+    // Only an append (POST) may keep its body in the cache.
+    let body = match head.method == Method::Post {
+        true => super::body::shared(body),
+        false => Bytes::from(body),
+    };
     if head.method == Method::Options {
         return respond(shard, socket, render::preflight(), keep, false).await;
     }
