@@ -186,6 +186,12 @@ mod tests {
                 assert!(reader.window.capacity() <= WINDOW_BYTES, "at {pos}");
                 pos += step;
             }
+            // A range past what was read skips the bytes in between.
+            let mut skipping = SegmentReader::open(&storage, 1).await.unwrap();
+            for at in [5, 2 * WINDOW_BYTES as u64 + 4_000, size - 10_000] {
+                let got = skipping.range(at, 9_000).await.unwrap();
+                assert!(got.iter().zip(at..).all(|(b, i)| *b == byte(i)), "at {at}");
+            }
             // A range larger than the window grows it, and still reads.
             let got = reader.range(pos, big).await.unwrap();
             assert!(got.iter().zip(pos..).all(|(b, i)| *b == byte(i)));
