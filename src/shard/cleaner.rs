@@ -53,14 +53,11 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
     let mut not_worth_it = BTreeSet::new();
     let mut passes = 0u32;
     let mut collected = std::time::Instant::now();
-    // The first pass comes at start: a server restarted sooner than an
-    // interval (a crash loop) still reaps what expired and cleans what
-    // was deleted, and a fork source an expired fork held is let go.
-    let mut first = true;
+    // The first pass comes at start, the sleep after it: a server
+    // restarted sooner than an interval (a crash loop) still reaps what
+    // expired and cleans what was deleted, and a fork source an expired
+    // fork held is let go.
     while !shard.stopping.get() {
-        if !std::mem::take(&mut first) {
-            monoio::time::sleep(interval).await;
-        }
         super::reserve::on_pass(&shard).await;
         reap_expired(&shard).await;
         super::snapshot::sweep_when_settled(&shard).await;
@@ -74,6 +71,7 @@ pub async fn run(shard: Rc<Shard>, storage: Rc<DirectStorage>) {
             not_worth_it.clear();
         }
         clean_victims(&shard, &storage, &mut not_worth_it).await;
+        monoio::time::sleep(interval).await;
     }
 }
 
