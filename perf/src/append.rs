@@ -1,6 +1,8 @@
 //! The `append` scenario: N streams, one closed-loop writer per stream on its
 //! own keep-alive connection (or K connections cycling over the streams),
-//! optionally paced to a total rate.
+//! optionally paced to a total rate. `--messages json` sends each append as
+//! one JSON object of the payload size to `application/json` streams (JSON
+//! mode, PROTOCOL.md §7), where a server validates and frames every message.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,6 +33,10 @@ pub struct AppendArgs {
     /// Payload size of each append, in bytes.
     #[arg(long, default_value_t = 256)]
     payload: usize,
+    /// What each append carries: opaque text, or one JSON object (at least
+    /// 10 bytes) to a JSON-mode stream.
+    #[arg(long, value_enum, default_value = "text")]
+    messages: Messages,
     /// Measurement length in seconds.
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -49,6 +55,42 @@ pub struct AppendArgs {
     out: crate::output::Output,
 }
 
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Messages {
+    /// `text/plain` streams, a payload of `x` bytes.
+    Text,
+    /// `application/json` streams, each payload one object `{"pad":"x…"}`.
+    Json,
+}
+
+impl Messages {
+    fn content_type(self) -> &'static str {
+        match self {
+            Messages::Text => "text/plain",
+            Messages::Json => "application/json",
+        }
+    }
+
+    /// One append's body of exactly `size` bytes.
+    fn payload(self, size: usize) -> Result<Bytes, Error> {
+        match self {
+            Messages::Text => Ok(Bytes::from(vec![b'x'; size])),
+            Messages::Json => {
+                const FRAME: usize = r#"{"pad":""}"#.len();
+                if size < FRAME {
+                    return Err(
+                        format!("--messages json needs --payload of {FRAME} or more").into(),
+                    );
+                }
+                let body = format!(r#"{{"pad":"{}"}}"#, "x".repeat(size - FRAME));
+                debug_assert_eq!(body.len(), size);
+                Ok(Bytes::from(body))
+            }
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct Report {
     scenario: &'static str,
@@ -57,6 +99,7 @@ struct Report {
     api: Api,
     streams: usize,
     connections: usize,
+    messages: Messages,
     payload_bytes: usize,
     duration_s: f64,
     rate_limit: Option<f64>,
@@ -111,7 +154,8 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
         .shared_connections
         .unwrap_or(args.streams)
         .clamp(1, args.streams);
-    let payload = Bytes::from(vec![b'x'; args.payload]);
+    let payload = args.messages.payload(args.payload)?;
+    let content_type = args.messages.content_type();
     let duration = Duration::from_secs_f64(args.duration);
     // Each worker's interval between sends when paced.
     let interval = args
@@ -134,7 +178,14 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
             t / n + u64::from(w < t % n)
         });
         handles.push(tokio::spawn(async move {
-            worker(target, mine, payload, duration, interval, limit, barrier).await
+            let plan = Plan {
+                content_type,
+                payload,
+                duration,
+                interval,
+                limit,
+            };
+            worker(target, mine, plan, barrier).await
         }));
     }
     barrier.wait().await; // every stream created
@@ -167,6 +218,7 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
         api: args.api,
         streams: args.streams,
         connections: workers,
+        messages: args.messages,
         payload_bytes: args.payload,
         duration_s: args.duration,
         rate_limit: args.rate,
@@ -186,18 +238,31 @@ pub async fn run(args: AppendArgs) -> Result<(), Error> {
     Ok(())
 }
 
-async fn worker(
-    target: Target,
-    paths: Vec<String>,
+/// What one worker sends, and for how long.
+struct Plan {
+    content_type: &'static str,
     payload: Bytes,
     duration: Duration,
     interval: Option<Duration>,
     limit: Option<u64>,
+}
+
+async fn worker(
+    target: Target,
+    paths: Vec<String>,
+    plan: Plan,
     barrier: Arc<Barrier>,
 ) -> Result<WorkerResult, Error> {
+    let Plan {
+        content_type,
+        payload,
+        duration,
+        interval,
+        limit,
+    } = plan;
     let mut conn = Conn::new(target);
     let mut errors = BTreeMap::new();
-    let created = create_streams(&mut conn, &paths).await;
+    let created = create_streams(&mut conn, &paths, content_type).await;
     // Meet the others even when creation failed, so the run ends with the
     // error instead of waiting forever at the barrier.
     barrier.wait().await;
@@ -223,7 +288,7 @@ async fn worker(
         let path = &paths[(sent as usize) % paths.len()];
         sent += 1;
         match conn
-            .send(Method::POST, path, Some("text/plain"), payload.clone())
+            .send(Method::POST, path, Some(content_type), payload.clone())
             .await
         {
             Ok(r) if r.status.is_success() => {
@@ -246,11 +311,15 @@ async fn worker(
     Ok(WorkerResult { ok, errors, hist })
 }
 
-/// `PUT` each stream (text/plain); the first failure, with its body.
-async fn create_streams(conn: &mut Conn, paths: &[String]) -> Result<(), Error> {
+/// `PUT` each stream; the first failure, with its body.
+async fn create_streams(
+    conn: &mut Conn,
+    paths: &[String],
+    content_type: &str,
+) -> Result<(), Error> {
     for path in paths {
         match conn
-            .send(Method::PUT, path, Some("text/plain"), Bytes::new())
+            .send(Method::PUT, path, Some(content_type), Bytes::new())
             .await
         {
             Ok(r) if r.status.is_success() => {}
@@ -268,10 +337,11 @@ fn print_table(r: &Report) {
     let l = &r.latency_us;
     let label = if r.label.is_empty() { &r.url } else { &r.label };
     println!(
-        "append {label}: {} streams, {} connections, {} B payload, {:.1} s{}",
+        "append {label}: {} streams, {} connections, {} B {} payload, {:.1} s{}",
         r.streams,
         r.connections,
         r.payload_bytes,
+        r.messages.content_type(),
         r.elapsed_s,
         r.rate_limit
             .map(|x| format!(", rate {x}/s"))
@@ -356,6 +426,21 @@ mod tests {
         assert!(
             message.contains("400") && message.contains("refused"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_json_message_is_one_object_of_exactly_the_payload_size() {
+        for size in [10, 11, 256, 4096] {
+            let body = Messages::Json.payload(size).unwrap();
+            assert_eq!(body.len(), size);
+            let value: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert!(value.is_object(), "{value}");
+        }
+        assert!(Messages::Json.payload(9).is_err());
+        assert_eq!(
+            Messages::Text.payload(3).unwrap(),
+            Bytes::from_static(b"xxx")
         );
     }
 }
