@@ -76,11 +76,26 @@ fn tail_records_starts_at_max_of_first_and_tail_minus_count() {
         let r = assert_read(&s, &path, "tail_records=2", (0, 3, 5), &values(3..5));
         // The URL names the latest records, not a fixed range (§10.1).
         assert_eq!(r.header("cache-control"), Some("no-store"));
-        assert_eq!(r.header("etag"), None);
-        assert_read(&s, &path, "tail_records=5", (0, 0, 5), &values(0..5));
-        assert_read(&s, &path, "tail_records=500", (0, 0, 5), &values(0..5));
+        // PROTOCOL.md §8.1: only offset=now answers go without an ETag. It
+        // revalidates while the tail stands still, and not once it moved.
+        let tag = r
+            .header("etag")
+            .expect("a tail_records read's ETag")
+            .to_string();
+        let revalidate = || {
+            let target = format!("{path}?tail_records=2");
+            req(s.addr, "GET", &target, &[("If-None-Match", &tag)], b"")
+        };
+        assert_eq!(revalidate().status, 304);
+        append(&s, &path, &body_of(&values(5..6)));
+        let moved = revalidate();
+        assert_eq!(moved.status, 200);
+        assert_ne!(moved.header("etag"), Some(tag.as_str()));
+        assert_eq!(lines(&moved.body), values(4..6));
+        assert_read(&s, &path, "tail_records=6", (0, 0, 6), &values(0..6));
+        assert_read(&s, &path, "tail_records=500", (0, 0, 6), &values(0..6));
         // "tail_records=0 is equivalent to record=now."
-        let r = assert_read(&s, &path, "tail_records=0", (0, 5, 5), &[]);
+        let r = assert_read(&s, &path, "tail_records=0", (0, 6, 6), &[]);
         assert_eq!(next_offset(&r), next_offset(&head(&s, &path)));
     }
 }

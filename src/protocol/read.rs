@@ -48,8 +48,18 @@ pub struct ReadPlan {
     pub past_tail: bool,
     /// The start asked for moves with the tail (`offset=now`, `record=now`,
     /// `tail_records=K`): an answer is then no fixed range of the stream
-    /// for that URL, so it carries no ETag and is not cached (§10.1).
+    /// for that URL, so it is not cached (§10.1).
     pub from_now: bool,
+}
+
+impl ReadPlan {
+    /// PROTOCOL.md §8.1: "Servers MUST generate ETag headers for GET
+    /// responses, except for offset=now responses." A `tail_records` or
+    /// `record=now` answer has one too: it revalidates (304) only while the
+    /// tail, and so its range, is unchanged.
+    fn has_etag(&self) -> bool {
+        !(self.from_now && self.records.is_none())
+    }
 }
 
 pub fn decide(req: &Request, table: &Table) -> Action {
@@ -330,7 +340,7 @@ pub(super) fn data_head(stream: &Stream, plan: &ReadPlan, end: u64) -> Response 
         .header("stream-next-offset", offset::format(end))
         .header_if(at_tail, "stream-up-to-date", "true")
         .header_if(closed_here, "stream-closed", "true")
-        .header_if(!plan.from_now, "etag", &tag);
+        .header_if(plan.has_etag(), "etag", &tag);
     with_record_headers(stream, plan, reply, plan.start, end)
 }
 
