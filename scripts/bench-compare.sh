@@ -6,6 +6,7 @@
 #
 #   scripts/bench-compare.sh [--scenario append|fanout|catchup] [--duration S]
 #                            [--streams N] [--payload B] [--shared-connections K]
+#                            [--messages text|json]
 #                            [--subscribers S] [--rate R] [--stream-bytes N]
 #                            [--clients C] [--cores N] [--out DIR]
 #
@@ -17,6 +18,8 @@
 #   --streams N              append: streams, one connection each (default 100)
 #   --payload B              append: bytes per append (default 256)
 #   --shared-connections K   append: K connections cycling over the streams
+#   --messages text|json     append: opaque text (default) or one JSON object
+#                            per append to application/json streams
 #   --subscribers S          fanout: SSE subscribers (default 1000)
 #   --rate R                 fanout: events per second (default 50)
 #   --stream-bytes N         catchup: bytes in the stream (default 268435456)
@@ -48,7 +51,7 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-DURATION=10 STREAMS=100 PAYLOAD=256 SHARED="" CORES="$(nproc)" OUT=""
+DURATION=10 STREAMS=100 PAYLOAD=256 SHARED="" MESSAGES=text CORES="$(nproc)" OUT=""
 SCENARIO=append SUBSCRIBERS=1000 RATE=50 STREAM_BYTES=268435456 CLIENTS=1
 REF_VERSION=0.3.7
 REFERENCE_DIR="${REFERENCE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rill-bench/reference-$REF_VERSION}"
@@ -61,7 +64,7 @@ die() {
 while [ $# -gt 0 ]; do
   case "$1" in
   --scenario | --duration | --streams | --payload | --shared-connections | --subscribers | \
-    --rate | --stream-bytes | --clients | --cores | --out)
+    --rate | --stream-bytes | --clients | --cores | --out | --messages)
     [ $# -ge 2 ] || die "$1 needs a value"
     case "$1" in
     --scenario) SCENARIO="$2" ;;
@@ -73,6 +76,7 @@ while [ $# -gt 0 ]; do
     --streams) STREAMS="$2" ;;
     --payload) PAYLOAD="$2" ;;
     --shared-connections) SHARED="$2" ;;
+    --messages) MESSAGES="$2" ;;
     --cores) CORES="$2" ;;
     --out) OUT="$2" ;;
     esac
@@ -86,6 +90,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$SCENARIO" in append | fanout | catchup) ;; *) die "--scenario is append, fanout or catchup, got '$SCENARIO'" ;; esac
+case "$MESSAGES" in text | json) ;; *) die "--messages is text or json, got '$MESSAGES'" ;; esac
 for n in "$STREAMS" "$PAYLOAD" "$CORES" "$SUBSCRIBERS" ${SHARED:+"$SHARED"}; do
   case "$n" in '' | *[!0-9]*) die "expected a positive integer, got '$n'" ;; esac
 done
@@ -181,7 +186,7 @@ bench() {
   case "$SCENARIO" in
   append)
     "$BENCH_BIN" append "${common[@]}" --streams "$STREAMS" --payload "$PAYLOAD" \
-      ${SHARED:+--shared-connections "$SHARED"} </dev/null
+      --messages "$MESSAGES" ${SHARED:+--shared-connections "$SHARED"} </dev/null
     ;;
   fanout)
     "$BENCH_BIN" fanout "${common[@]}" --subscribers "$SUBSCRIBERS" --rate "$RATE" </dev/null
