@@ -15,7 +15,10 @@ use crate::stream::{Stream, Table};
 /// `Stream-Next-Offset` (PROTOCOL.md §5.5 "server-defined maximum chunk
 /// size"), and each piece of a whole one (`super::whole`).
 pub const MAX_READ_BYTES: u64 = 4 << 20;
-const PUBLIC_CACHE: &str = "public, max-age=60, stale-while-revalidate=300";
+/// PROTOCOL.md §10.1's recommended freshness for catch-up data: fresh for
+/// `FRESH_SECS`, then served stale while revalidating for `STALE_SECS`.
+const FRESH_SECS: u64 = 60;
+const STALE_SECS: u64 = 300;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LiveMode {
@@ -436,7 +439,8 @@ pub(super) fn data_cache_control(stream: &Stream, plan: &ReadPlan, now_ms: u64) 
     }
 }
 
-/// PROTOCOL.md §8.1, bounded by the stream's remaining lifetime.
+/// PROTOCOL.md §10.1, bounded by the stream's remaining lifetime: a shared
+/// cache may neither keep it fresh nor serve it stale past its expiry.
 pub(super) fn cache_control(stream: &Stream, now_ms: u64) -> String {
     let remaining = stream
         .expires_at_ms
@@ -444,9 +448,15 @@ pub(super) fn cache_control(stream: &Stream, now_ms: u64) -> String {
         .into_iter()
         .chain(stream.ttl_secs)
         .min();
-    match remaining {
-        Some(secs) if secs < 60 => format!("public, max-age={secs}"),
-        _ => PUBLIC_CACHE.to_string(),
+    freshness(remaining.unwrap_or(u64::MAX))
+}
+
+/// `Cache-Control` for data that stays valid `lifetime` more seconds.
+fn freshness(lifetime: u64) -> String {
+    let fresh = lifetime.min(FRESH_SECS);
+    match lifetime.saturating_sub(fresh).min(STALE_SECS) {
+        0 => format!("public, max-age={fresh}"),
+        stale => format!("public, max-age={fresh}, stale-while-revalidate={stale}"),
     }
 }
 

@@ -560,6 +560,29 @@ fn long_poll_data_is_cached_no_longer_than_the_stream_lives() {
     assert_eq!(data.get_header("cache-control"), Some("public, max-age=5"));
 }
 
+/// §10.1's `max-age=60, stale-while-revalidate=300`, cut to what is left of
+/// the stream's lifetime: a shared cache serves nothing past its expiry.
+#[test]
+fn catch_up_data_is_not_served_stale_past_the_stream_lifetime() {
+    for (ttl, want) in [
+        (None, "public, max-age=60, stale-while-revalidate=300"),
+        (
+            Some("1000"),
+            "public, max-age=60, stale-while-revalidate=300",
+        ),
+        (Some("100"), "public, max-age=60, stale-while-revalidate=40"),
+        (Some("60"), "public, max-age=60"),
+        (Some("5"), "public, max-age=5"),
+    ] {
+        let mut h = Harness::new();
+        let text = ("content-type", "text/plain");
+        let lifetime: Vec<_> = ttl.map(|t| ("stream-ttl", t)).into_iter().collect();
+        h.reply("PUT", KEY, &[&[text][..], &lifetime].concat(), b"data");
+        let read = h.reply("GET", &format!("{KEY}?offset=-1"), &[], b"");
+        assert_eq!(read.get_header("cache-control"), Some(want), "{ttl:?}");
+    }
+}
+
 /// HEAD's `Stream-TTL`: upstream (PROTOCOL.md §5.5) the window itself; in
 /// the extensions' base (§5.4) the "remaining time-to-live", in whole
 /// seconds rounded up, of the window the last read or write started.
