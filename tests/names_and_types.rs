@@ -3,7 +3,8 @@
 //! (extensions §1.1-§1.2), content types that match or conflict (PROTOCOL.md
 //! §5.1-§5.2, extensions §4.1), a snapshot repeat whose media type is
 //! spelled in another case (extensions §2.2), malformed media type
-//! parameters (RFC 9110 §8.3.1), and single-valued protocol
+//! parameters (RFC 9110 §8.3.1), a fork's type in another spelling
+//! (PROTOCOL.md §4.2), and single-valued protocol
 //! headers sent twice (RFC 9110 §5.3), and the `__ds` segment PROTOCOL.md §6
 //! reserves under `/v1/stream/`.
 
@@ -198,4 +199,47 @@ fn a_repeated_single_valued_header_is_400_and_changes_nothing() {
         req(s.addr, "GET", &format!("{path}?offset=-1"), &accept, b"").status,
         200
     );
+}
+
+/// §4.2: a fork's Content-Type "MUST match the source stream's content
+/// type". One that matches in another spelling (case, a charset the source
+/// leaves out) is accepted, and the fork keeps the source's type: its
+/// inherited bytes must not be relabelled (they were served as Latin-1).
+#[test]
+fn a_fork_keeps_its_source_content_type_however_the_request_spells_it() {
+    let s = server();
+    for prefix in ["/v1/stream/", &format!("/{BUCKET}/")] {
+        let src = format!("{prefix}ct-src");
+        let text = [("Content-Type", "text/plain")];
+        assert_eq!(
+            req(s.addr, "PUT", &src, &text, "café".as_bytes()).status,
+            201
+        );
+        for (i, asked) in ["text/plain; charset=latin1", "TEXT/PLAIN"]
+            .into_iter()
+            .enumerate()
+        {
+            let fork = format!("{prefix}ct-fork-{i}");
+            let headers = [
+                ("Stream-Forked-From", src.as_str()),
+                ("Content-Type", asked),
+            ];
+            let r = req(s.addr, "PUT", &fork, &headers, b"");
+            assert_eq!(r.status, 201, "{asked}: {}", r.text());
+            let head = req(s.addr, "HEAD", &fork, &[], b"");
+            assert_eq!(head.header("content-type"), Some("text/plain"), "{asked}");
+            // The same request again is the same fork.
+            assert_eq!(
+                req(s.addr, "PUT", &fork, &headers, b"").status,
+                200,
+                "{asked}"
+            );
+        }
+        let other = format!("{prefix}ct-other");
+        let html = [
+            ("Stream-Forked-From", src.as_str()),
+            ("Content-Type", "text/html"),
+        ];
+        assert_eq!(req(s.addr, "PUT", &other, &html, b"").status, 409);
+    }
 }

@@ -255,7 +255,7 @@ pub fn configure(
     body: &[u8],
     normalized: Option<json::Normalized>,
 ) -> Result<ForkConfig, Response> {
-    let content_type = content_type(fork, plan).to_string();
+    let content_type = content_type(plan).to_string();
     let lifetime = match asks_lifetime(fork) {
         true => fork.lifetime.clone(),
         false => plan.lifetime.clone(),
@@ -285,12 +285,12 @@ pub fn origin(fork: &ForkRequest, plan: &SourcePlan) -> ForkOrigin {
     }
 }
 
-/// The fork's content type: its own, or else its source's (§4.2).
-pub fn content_type<'a>(fork: &'a ForkRequest, plan: &'a SourcePlan) -> &'a str {
-    fork.spec
-        .content_type
-        .as_deref()
-        .unwrap_or(&plan.content_type)
+/// The fork's content type: its source's (§4.2: one the request gives
+/// "MUST match the source stream's content type", checked by `plan`). A
+/// matching one spelled differently (`TEXT/PLAIN`, or a charset the source
+/// leaves out) is not stored: the inherited bytes keep the source's type.
+pub fn content_type(plan: &SourcePlan) -> &str {
+    &plan.content_type
 }
 
 /// Whether a fork request names a TTL or Expires-At of its own.

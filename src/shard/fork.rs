@@ -182,7 +182,7 @@ pub async fn create(
     if shard.table.borrow().index_refuses(inherited + STREAM_BYTES) {
         return index_full();
     }
-    let wanted = slices::worth_slicing_fork(&request, &plan, req.body.len());
+    let wanted = slices::worth_slicing_fork(&plan, req.body.len());
     let normalized = slices::ahead(wanted, req.body).await;
     let config = match fork::configure(&request, &plan, req.body, normalized) {
         Ok(config) => config,

@@ -9,7 +9,7 @@
 use super::Shard;
 use crate::http::parse::{Method, RequestHead};
 use crate::protocol::content_type;
-use crate::protocol::fork::{self, ForkRequest, SourcePlan};
+use crate::protocol::fork::{self, SourcePlan};
 use crate::protocol::json::{Normalized, Normalizing};
 
 /// Bodies at least this large are normalized in slices of this much.
@@ -44,9 +44,9 @@ pub fn worth_slicing(shard: &Shard, head: &RequestHead, key: &str, len: usize) -
 }
 
 /// Whether a fork's body of `len` bytes is normalized ahead: large, and
-/// the fork's content type (its own, or its source's) is JSON.
-pub fn worth_slicing_fork(fork: &ForkRequest, plan: &SourcePlan, len: usize) -> bool {
-    len >= SLICE_BYTES && content_type::is_json(fork::content_type(fork, plan))
+/// the fork's content type (its source's) is JSON.
+pub fn worth_slicing_fork(plan: &SourcePlan, len: usize) -> bool {
+    len >= SLICE_BYTES && content_type::is_json(fork::content_type(plan))
 }
 
 /// `body` normalized ahead when `wanted` (one of the `worth_slicing`s).
