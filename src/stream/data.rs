@@ -226,6 +226,11 @@ impl StreamData {
         }
         let start = self.tail;
         self.tail += data.len() as u64;
+        // A stream written once keeps one cached chunk: room for that one,
+        // not the four a deque starts with (100,000 idle streams).
+        if self.chunks.capacity() == 0 {
+            self.chunks.reserve_exact(1);
+        }
         self.chunks.push_back((start, data));
     }
 
@@ -399,6 +404,14 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+
+    /// A stream written once caches one chunk: room for one, not four.
+    #[test]
+    fn one_cached_append_takes_one_slot() {
+        let mut d = StreamData::default();
+        d.push(b"x".to_vec().into());
+        assert_eq!(d.chunks.capacity(), 1);
+    }
 
     #[test]
     fn cached_reads_span_chunks() {
