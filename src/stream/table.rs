@@ -19,8 +19,10 @@ pub use super::undo::{Undo, WriteUndo};
 pub struct Table {
     /// Ordered by key, so a bucket's streams (`{bucket}/{stream}`) are one
     /// range: listings and scans cost what they return, and a long scan
-    /// can resume after its last key.
-    pub(super) streams: BTreeMap<String, Stream>,
+    /// can resume after its last key. Boxed: a B-tree node holds eleven
+    /// values and is a third empty on average, and a `Stream` is ~570
+    /// bytes (100,000 idle streams: 146 MB resident inline, 103 MB boxed).
+    pub(super) streams: BTreeMap<String, Box<Stream>>,
     pub(super) cache: CacheBudget,
     /// A fork's inherited data, logged but not yet part of a stream:
     /// extents and message ends by the fork's incarnation.
@@ -151,7 +153,7 @@ impl Table {
     pub fn restore(&mut self, key: String, stream: Stream) {
         self.count_fork(&stream, true);
         self.cache.keys.insert(stream.id, key.clone());
-        self.streams.insert(key.clone(), stream);
+        self.streams.insert(key.clone(), Box::new(stream));
         self.count_index(0, &key);
     }
 
@@ -176,7 +178,7 @@ impl Table {
 
     /// Every stream, for the cleaner.
     pub fn iter(&self) -> impl Iterator<Item = (&String, &Stream)> {
-        self.streams.iter()
+        self.streams.iter().map(|(key, stream)| (key, &**stream))
     }
 
     /// Cached bytes that eviction may drop (committed data).
@@ -185,15 +187,13 @@ impl Table {
     }
 
     pub fn get(&self, key: &str) -> Option<&Stream> {
-        self.streams.get(key)
+        self.streams.get(key).map(|stream| &**stream)
     }
 
     /// The stream as readers may see it: only once its create is durable,
     /// and not once it is soft-deleted.
     pub fn get_visible(&self, key: &str) -> Option<&Stream> {
-        self.streams
-            .get(key)
-            .filter(|s| s.visible && !s.soft_deleted)
+        self.get(key).filter(|s| s.visible && !s.soft_deleted)
     }
 
     /// `key`'s visible stream if it is still the incarnation `id`.
@@ -239,6 +239,7 @@ impl Table {
         self.streams
             .range::<String, _>((from, Bound::Unbounded))
             .take_while(move |(k, _)| k.starts_with(prefix))
+            .map(|(key, stream)| (key, &**stream))
     }
 
     /// Records a read or write access: `Stream-TTL` slides from here. Only
@@ -422,10 +423,7 @@ impl Table {
             }
             Command::Delete { key, stream_id } => {
                 let matches = self.streams.get(&key).is_some_and(|s| s.id == stream_id);
-                let removed = matches
-                    .then(|| self.streams.remove(&key))
-                    .flatten()
-                    .map(Box::new);
+                let removed = matches.then(|| self.streams.remove(&key)).flatten();
                 if let Some(stream) = &removed {
                     self.cache.forget(stream);
                     self.count_fork(stream, false);
@@ -501,7 +499,7 @@ impl Table {
         push_data(&mut stream, data.into());
         let done = applied(&key, &stream, 0);
         self.cache.keys.insert(stream.id, key.clone());
-        self.streams.insert(key.clone(), stream);
+        self.streams.insert(key.clone(), Box::new(stream));
         (done, Undo::Create { key })
     }
 
@@ -533,7 +531,7 @@ impl Table {
                 if let Some(stream) = stream {
                     self.cache.remember(&key, &stream);
                     self.count_fork(&stream, true);
-                    self.streams.insert(key, *stream);
+                    self.streams.insert(key, stream);
                 }
             }
         }
