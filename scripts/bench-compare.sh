@@ -91,6 +91,7 @@ while [ $# -gt 0 ]; do
 done
 case "$SCENARIO" in append | fanout | catchup) ;; *) die "--scenario is append, fanout or catchup, got '$SCENARIO'" ;; esac
 case "$MESSAGES" in text | json) ;; *) die "--messages is text or json, got '$MESSAGES'" ;; esac
+[ "$MESSAGES" = text ] || [ "$SCENARIO" = append ] || die "--messages is for --scenario append"
 for n in "$STREAMS" "$PAYLOAD" "$CORES" "$SUBSCRIBERS" ${SHARED:+"$SHARED"}; do
   case "$n" in '' | *[!0-9]*) die "expected a positive integer, got '$n'" ;; esac
 done
@@ -327,7 +328,8 @@ if first["scenario"] == "catchup":
     print()
     ratios(["GB/s"], [lambda x: x["gb_per_s"]])
     sys.exit(0)
-print(f"\n{first['streams']} streams x {first['payload_bytes']} B, "
+print(f"\n{first['streams']} streams x {first['payload_bytes']} B "
+      f"{first.get('messages', 'text')} messages, "
       f"{first['connections']} connections, {first['duration_s']} s each\n")
 table(["server", "appends/s", "MB/s"] + latency_columns + ["errors", "client CPU", "server CPU"],
       ([n, f"{x['appends_per_s']:.0f}", f"{x['mb_per_s']:.2f}", lat(x["latency_us"]),

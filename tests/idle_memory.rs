@@ -14,7 +14,7 @@ const BUCKET: &str = "idle";
 const WRITERS: usize = 8;
 /// Measured here: ~955 bytes a stream; ~1,230 with streams inline in the
 /// B-tree's nodes, ~1,590 with four index slots a stream as well.
-const MAX_BYTES_PER_STREAM: u64 = 1_150;
+const MAX_BYTES_PER_STREAM: u64 = 1_100;
 
 fn resident_bytes(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -204,7 +204,8 @@ fn a_repeated_single_valued_header_is_400_and_changes_nothing() {
 /// §4.2: a fork's Content-Type "MUST match the source stream's content
 /// type". One that matches in another spelling (case, a charset the source
 /// leaves out) is accepted, and the fork keeps the source's type: its
-/// inherited bytes must not be relabelled (they were served as Latin-1).
+/// inherited UTF-8 bytes must not be relabelled (a fork asking for
+/// `charset=latin1` was stored, and so served, as Latin-1).
 #[test]
 fn a_fork_keeps_its_source_content_type_however_the_request_spells_it() {
     let s = server();

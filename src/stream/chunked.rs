@@ -43,7 +43,12 @@ enum Chunk<T: Pack> {
     Packed(Box<T::Packed>),
 }
 
-const _: () = assert!(std::mem::size_of::<Chunk<u64>>() <= 32);
+/// What one chunk slot of a `Chunked<T>` takes (every stream has some).
+pub(super) const fn slot_bytes<T: Pack>() -> usize {
+    std::mem::size_of::<Chunk<T>>()
+}
+
+const _: () = assert!(slot_bytes::<u64>() <= 32);
 
 impl<T: Pack> Chunk<T> {
     fn len(&self) -> usize {

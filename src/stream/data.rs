@@ -42,6 +42,9 @@ struct Located {
 
 /// An extent's memory before its chunk is packed.
 const _: () = assert!(std::mem::size_of::<Located>() == 16);
+/// A slot of the extents' chunks (one or more a stream) stays the size of a
+/// `Vec`: the packed columns (three here) are boxed.
+const _: () = assert!(super::chunked::slot_bytes::<Located>() <= 32);
 
 /// A full chunk of extents, packed (`chunked::Pack`) as one bit-packed
 /// column per field: starts rise by the appends' sizes, segment numbers
