@@ -50,6 +50,16 @@ pub(super) const fn slot_bytes<T: Pack>() -> usize {
 
 const _: () = assert!(slot_bytes::<u64>() <= 32);
 
+/// `push_back` onto a per-stream deque that takes room for just one slot at
+/// first, not the four a deque starts with: most streams never need a
+/// second (100,000 idle streams).
+pub(super) fn push_back_sparing<T>(deque: &mut VecDeque<T>, value: T) {
+    if deque.capacity() == 0 {
+        deque.reserve_exact(1);
+    }
+    deque.push_back(value);
+}
+
 impl<T: Pack> Chunk<T> {
     fn len(&self) -> usize {
         match self {
@@ -185,12 +195,8 @@ impl<T: Pack> Chunked<T> {
                     self.bytes += full.bytes();
                     self.chunks.push_back(full);
                 }
-                // Most streams never fill a chunk: room for one slot, not
-                // the four a deque starts with (100,000 idle streams).
-                if self.chunks.capacity() == 0 {
-                    self.chunks.reserve_exact(1);
-                }
-                self.chunks.push_back(Chunk::Plain(vec![value]));
+                // Most streams never fill a chunk.
+                push_back_sparing(&mut self.chunks, Chunk::Plain(vec![value]));
             }
         }
         self.len += 1;

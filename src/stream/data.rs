@@ -229,12 +229,8 @@ impl StreamData {
         }
         let start = self.tail;
         self.tail += data.len() as u64;
-        // A stream written once keeps one cached chunk: room for that one,
-        // not the four a deque starts with (100,000 idle streams).
-        if self.chunks.capacity() == 0 {
-            self.chunks.reserve_exact(1);
-        }
-        self.chunks.push_back((start, data));
+        // A stream written once keeps one cached chunk.
+        super::chunked::push_back_sparing(&mut self.chunks, (start, data));
     }
 
     /// Takes back decided bytes down to `len` (an append boundary that is
