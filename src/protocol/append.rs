@@ -179,14 +179,12 @@ fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<
 /// Stream-Record-Start and Stream-Record-Next"); anything else is 409 with
 /// `Stream-Closed: true`.
 fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
-    if let Some(p) = producer {
-        let closer = stream.closed_by.as_ref();
-        if closer.is_some_and(|(id, epoch, seq)| *id == p.id && *epoch == p.epoch && *seq == p.seq)
-        {
-            let reply =
-                with_producer(Response::new(204), Some(p), None).header("stream-closed", "true");
-            return duplicate_ack(stream, p, reply);
-        }
+    if let Some(p) = producer
+        && stream.closed_by.as_deref() == Some(p)
+    {
+        let reply =
+            with_producer(Response::new(204), Some(p), None).header("stream-closed", "true");
+        return duplicate_ack(stream, p, reply);
     }
     let tail = offset::format(stream.head_tail());
     conflict("stream_closed", "stream is closed")

@@ -168,7 +168,11 @@ pub fn plan_source(
 /// snapshot; §3.4: bootstrap must cover the earliest retained offset); a
 /// fork point before that snapshot has none, and is refused.
 fn inherited_snapshot(stream: &Stream, anchor: u64) -> Result<Option<Snapshot>, Response> {
-    let snapshot = stream.snapshot.clone().filter(|s| s.offset <= anchor);
+    let snapshot = stream
+        .snapshot
+        .as_deref()
+        .cloned()
+        .filter(|s| s.offset <= anchor);
     if stream.retained > 0 && snapshot.is_none() {
         let message = match stream.snapshot {
             Some(_) => {

@@ -145,7 +145,7 @@ pub fn find<'a>(stream: &'a Stream, offset_text: &str) -> Result<&'a Snapshot, R
     let at = parse_offset(offset_text)?;
     stream
         .snapshot
-        .as_ref()
+        .as_deref()
         .filter(|s| s.offset == at)
         .ok_or_else(|| not_found("no snapshot at this offset"))
 }

@@ -44,7 +44,7 @@ fn plan(shard: &Shard, key: &str) -> Result<(Plan, Response, String), Response> 
         .map_or(stream.retained, |s| s.offset);
     let end = stream.tail();
     let ends = stream.messages.ends_in(start, end).to_vec();
-    let snapshot = match stream.snapshot.clone() {
+    let snapshot = match stream.snapshot.as_deref().cloned() {
         None => None,
         Some(s) => match snapshot::open_blob(shard, stream.id, s.offset) {
             Ok(file) => Some((s, file)),

@@ -231,7 +231,7 @@ async fn commit(shard: &Shard, key: &str, id: u64, snap: Snapshot, path: &Path) 
         let _ = std::fs::remove_file(path);
         return e.response();
     }
-    remove_superseded(shard, key, id, previous, &blob_dir(shard));
+    remove_superseded(shard, key, id, previous.map(|s| *s), &blob_dir(shard));
     snapshot::published(&snap)
 }
 

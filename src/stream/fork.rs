@@ -139,9 +139,9 @@ impl Table {
         stream.messages = messages;
         stream.first_record = first_record;
         stream.retained = retained;
-        stream.snapshot = snapshot.map(|s| *s);
+        stream.snapshot = snapshot;
         stream.visible_tail = start;
-        stream.fork = Some(origin);
+        stream.fork = Some(Box::new(origin));
         super::table::push_data(stream, data.into());
         let done = super::table::applied(&key, stream, start);
         self.count_source(source_id, true);

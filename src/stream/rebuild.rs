@@ -479,7 +479,7 @@ fn build(meta: StreamImage, mut pieces: Placed, access: (u64, u64)) -> Result<St
         logged_access_ms,
         last_write_ms: meta.last_write_ms,
         closed: meta.closed,
-        closed_by: meta.closed_by.map(|p| (p.id, p.epoch, p.seq)),
+        closed_by: meta.closed_by.map(Box::new),
         data: data.recovered_to(meta.tail),
         messages,
         first_record: meta.first_record,
@@ -489,10 +489,10 @@ fn build(meta: StreamImage, mut pieces: Placed, access: (u64, u64)) -> Result<St
         visible_tail: meta.tail,
         visible_closed: meta.closed,
         attrs: meta.attrs,
-        snapshot: meta.snapshot,
+        snapshot: meta.snapshot.map(Box::new),
         retained: meta.retained,
         content_type: meta.content_type,
-        fork: meta.fork,
+        fork: meta.fork.map(Box::new),
         soft_deleted: meta.soft_deleted,
     })
 }
@@ -547,10 +547,7 @@ pub fn image_of(key: &str, stream: &Stream, ring_budget: u64) -> StreamImage {
         last_write_ms: stream.last_write_ms,
         logged_access_ms: stream.logged_access_ms,
         closed: stream.closed,
-        closed_by: stream
-            .closed_by
-            .clone()
-            .map(|(id, epoch, seq)| ProducerWrite { id, epoch, seq }),
+        closed_by: stream.closed_by.as_deref().cloned(),
         stream_seq: stream.stream_seq.clone(),
         producers: stream
             .producers
@@ -568,10 +565,10 @@ pub fn image_of(key: &str, stream: &Stream, ring_budget: u64) -> StreamImage {
         },
         tail: stream.head_tail(),
         attrs: stream.attrs.clone(),
-        snapshot: stream.snapshot.clone(),
+        snapshot: stream.snapshot.as_deref().cloned(),
         retained: stream.retained,
         first_record: stream.first_record,
-        fork: stream.fork.clone(),
+        fork: stream.fork.as_deref().cloned(),
         soft_deleted: stream.soft_deleted,
     }
 }

@@ -130,8 +130,9 @@ pub struct Stream {
     pub last_write_ms: u64,
     /// Closed as decided (head state, may not be durable yet).
     pub closed: bool,
-    /// The producer write that closed the stream, so its retry is a duplicate.
-    pub closed_by: Option<(String, u64, u64)>,
+    /// The producer write that closed the stream, so its retry is a duplicate
+    /// (boxed: rare, and every idle stream pays for an inline one).
+    pub closed_by: Option<Box<super::command::ProducerWrite>>,
     /// The bytes: located in the log, a suffix cached in memory.
     pub data: StreamData,
     /// Retained message boundaries and their ordinals: one per record on
@@ -145,8 +146,8 @@ pub struct Stream {
     /// Stream attributes (extensions §5): a canonical JSON object, empty
     /// when none are set.
     pub attrs: Vec<u8>,
-    /// The latest visible snapshot (extensions §2).
-    pub snapshot: Option<Snapshot>,
+    /// The latest visible snapshot (extensions §2); boxed like `closed_by`.
+    pub snapshot: Option<Box<Snapshot>>,
     /// The earliest retained offset (extensions §2.2): reads before it 410.
     pub retained: u64,
     /// Readers see only what is durable: whether the create is, and how far
@@ -154,11 +155,16 @@ pub struct Stream {
     pub visible: bool,
     pub visible_tail: u64,
     pub visible_closed: bool,
-    /// Set on a fork (PROTOCOL.md §4.2).
-    pub fork: Option<super::ForkOrigin>,
+    /// Set on a fork (PROTOCOL.md §4.2); boxed like `closed_by`.
+    pub fork: Option<Box<super::ForkOrigin>>,
     /// Deleted while forks exist: its URL answers 410, re-creation 409.
     pub soft_deleted: bool,
 }
+
+// Every stream, idle or not, pays for this struct in the table
+// (`tests/idle_memory.rs` bounds the total per idle stream): rare parts are
+// boxed so they cost 8 bytes until used.
+const _: () = assert!(std::mem::size_of::<Stream>() <= 432);
 
 impl Stream {
     /// The durable tail: what readers may see.

@@ -313,7 +313,7 @@ impl Table {
                 }
                 if close {
                     stream.closed = true;
-                    stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
+                    stream.closed_by = producer.map(Box::new);
                 }
                 stream.last_write_ms = now_ms;
                 stream.accessed(now_ms, true);
@@ -337,7 +337,7 @@ impl Table {
                 record_producer(stream, producer.as_ref(), None);
                 if !stream.closed {
                     stream.closed = true;
-                    stream.closed_by = producer.map(|p| (p.id, p.epoch, p.seq));
+                    stream.closed_by = producer.map(Box::new);
                 }
                 stream.accessed(now_ms, true);
                 let tail = stream.head_tail();
@@ -387,7 +387,7 @@ impl Table {
                 );
                 let mut undo = WriteUndo::capture(&key, stream, None);
                 undo.snapshot = Some(stream.snapshot.take());
-                stream.snapshot = Some(snapshot);
+                stream.snapshot = Some(Box::new(snapshot));
                 let tail = stream.head_tail();
                 (applied(&key, stream, tail), Undo::Write(Box::new(undo)))
             }

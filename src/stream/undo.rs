@@ -28,14 +28,14 @@ pub struct WriteUndo {
     first_record: u64,
     producer: Option<(String, Option<ProducerState>)>,
     closed: bool,
-    closed_by: Option<(String, u64, u64)>,
+    closed_by: Option<Box<ProducerWrite>>,
     stream_seq: Option<String>,
     last_write_ms: u64,
     last_access_ms: u64,
     logged_access_ms: u64,
     /// Captured only by the commands that change them.
     pub(super) attrs: Option<Vec<u8>>,
-    pub(super) snapshot: Option<Option<crate::stream::Snapshot>>,
+    pub(super) snapshot: Option<Option<Box<crate::stream::Snapshot>>>,
     retained: u64,
     soft_deleted: bool,
 }
