@@ -7,7 +7,7 @@
 use rill::log::format::{self, Decoded, FLAG_BATCH_END, RECORD_ALIGN};
 use rill::stream::codec::{self, Entry, StreamImage};
 use rill::stream::table::incarnation_id;
-use rill::stream::{Command, ProducerWrite};
+use rill::stream::{Command, NewStream, ProducerWrite};
 use std::path::PathBuf;
 
 const SEGMENT_BYTES: usize = 8192;
@@ -71,7 +71,7 @@ fn expected() -> Vec<Entry> {
             bucket: "demo".to_string(),
             created_at_ms: NOW_MS,
         },
-        Entry::Stream(Command::Create {
+        Entry::Stream(Command::Create(NewStream {
             key: "demo/events".to_string(),
             content_type: "application/json".to_string(),
             ttl_secs: Some(3600),
@@ -81,8 +81,8 @@ fn expected() -> Vec<Entry> {
             data: b"{\"id\":1}\n{\"id\":2,\"tags\":[\"a\",\"b\"]}\n".to_vec(),
             now_ms: NOW_MS,
             attrs: Vec::new(),
-        }),
-        Entry::Stream(Command::Create {
+        })),
+        Entry::Stream(Command::Create(NewStream {
             key: "/v1/stream/logs/app".to_string(),
             content_type: "text/plain".to_string(),
             ttl_secs: None,
@@ -92,8 +92,8 @@ fn expected() -> Vec<Entry> {
             data: Vec::new(),
             now_ms: NOW_MS,
             attrs: Vec::new(),
-        }),
-        Entry::Stream(Command::Create {
+        })),
+        Entry::Stream(Command::Create(NewStream {
             key: "/v1/stream/blob".to_string(),
             content_type: "application/octet-stream".to_string(),
             ttl_secs: None,
@@ -103,7 +103,7 @@ fn expected() -> Vec<Entry> {
             data: vec![0x00, 0xff, 0x80, 0x0a],
             now_ms: NOW_MS,
             attrs: Vec::new(),
-        }),
+        })),
         Entry::Stream(append("/v1/stream/logs/app", 0, b"hello\n", None)),
         Entry::Stream(append_with(
             "demo/events",

@@ -18,9 +18,9 @@ use rill::log::recovery::{self, Recovered};
 use rill::log::storage::{DirectStorage, Fault, FaultPlan, FaultyStorage, SegmentFile, Storage};
 use rill::shard::Shard;
 use rill::shard::commit::CommitError;
-use rill::stream::Command;
 use rill::stream::codec::{self, Entry};
 use rill::stream::table::incarnation_id;
+use rill::stream::{Command, NewStream};
 
 use inproc::{NOW_MS, TempDir, create, faulty, run, start};
 
@@ -56,9 +56,9 @@ fn submit(shard: &Shard, mut commands: Vec<Command>) -> rill::shard::commit::Tic
     let (mut id, mut tail) = head.unwrap_or((0, 0));
     for command in &mut commands {
         match command {
-            Command::Create {
+            Command::Create(NewStream {
                 key, now_ms, data, ..
-            } => {
+            }) => {
                 id = incarnation_id(key, *now_ms);
                 tail = data.len() as u64;
             }

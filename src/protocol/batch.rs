@@ -327,17 +327,7 @@ mod tests {
     }
 
     fn created(table: &mut Table, key: &str, now_ms: u64) -> u64 {
-        table.apply(Command::Create {
-            key: key.to_string(),
-            content_type: "application/json".to_string(),
-            ttl_secs: None,
-            expires_at: None,
-            expires_at_ms: None,
-            closed: false,
-            data: Vec::new(),
-            now_ms,
-            attrs: Vec::new(),
-        });
+        table.apply(Command::plain_create(key, "application/json", b"", now_ms));
         table.get(key).unwrap().id
     }
 

@@ -5,7 +5,7 @@ use super::headers::{Lifetime, lifetime, wants_close};
 use super::response::{Response, bad_request, conflict};
 use super::{Action, Request, Surface, attrs, content_type, json, offset, records};
 use crate::stream::budget::{STREAM_BYTES, append_index_bytes};
-use crate::stream::{Command, Stream, Table};
+use crate::stream::{Command, NewStream, Stream, Table};
 
 pub const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
@@ -61,7 +61,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
             .header("stream-record-next", records::count(&data).to_string()),
         false => reply,
     };
-    let command = Command::Create {
+    let command = Command::Create(NewStream {
         key: req.key.to_string(),
         content_type,
         ttl_secs: lifetime.ttl_secs,
@@ -72,7 +72,7 @@ fn decide_inner(req: &Request, table: &Table) -> Result<Action, Action> {
         // Later than a deleted predecessor's creation: a distinct id.
         now_ms: table.create_stamp(req.key, req.now_ms),
         attrs,
-    };
+    });
     Ok(Action::Commit {
         commands: vec![command],
         reply,

@@ -23,7 +23,7 @@ use crate::protocol::{Request, Response, offset, records};
 use crate::stream::budget::{STREAM_BYTES, append_index_bytes};
 use crate::stream::codec::Entry;
 use crate::stream::table::incarnation_id;
-use crate::stream::{Command, ForkOrigin};
+use crate::stream::{Command, ForkOrigin, NewStream};
 
 /// Inherited bytes logged before the fork waits for them to commit.
 const IN_FLIGHT_BYTES: usize = 8 << 20;
@@ -245,17 +245,20 @@ pub async fn create(
         },
         _ => None,
     };
-    let command = Command::Fork {
+    let new = NewStream {
         key: req.key.to_string(),
         content_type: config.content_type,
         ttl_secs: config.lifetime.ttl_secs,
         expires_at: config.lifetime.expires_at,
         expires_at_ms: config.lifetime.expires_at_ms,
         closed: request.closed,
-        start: plan.anchor,
         data,
         now_ms,
         attrs: request.attrs.clone(),
+    };
+    let command = Command::Fork {
+        new,
+        start: plan.anchor,
         origin: fork::origin(&request, &plan),
         retained: plan.retained,
         first_record: plan.first_record,

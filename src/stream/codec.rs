@@ -64,7 +64,7 @@
 
 use bytes::Bytes;
 
-use crate::stream::command::{Command, ForkOrigin, ProducerWrite};
+use crate::stream::command::{Command, ForkOrigin, NewStream, ProducerWrite};
 use crate::stream::state::Snapshot;
 use std::fmt;
 
@@ -196,32 +196,15 @@ pub fn data_offset(entry: &Entry) -> Option<usize> {
         Entry::Stream(Command::Append { key, .. }) | Entry::Relocate { key, .. } => {
             Some(blob(key.len()) + 16 + 4)
         }
-        Entry::Stream(
-            Command::Create {
-                key,
-                content_type,
-                ttl_secs,
-                expires_at,
-                expires_at_ms,
-                ..
-            }
-            | Command::Fork {
-                key,
-                content_type,
-                ttl_secs,
-                expires_at,
-                expires_at_ms,
-                ..
-            },
-        ) => Some(
-            blob(key.len())
-                + blob(content_type.len())
-                + opt(ttl_secs.is_some(), 8)
+        Entry::Stream(Command::Create(new) | Command::Fork { new, .. }) => Some(
+            blob(new.key.len())
+                + blob(new.content_type.len())
+                + opt(new.ttl_secs.is_some(), 8)
                 + opt(
-                    expires_at.is_some(),
-                    blob(expires_at.as_ref().map_or(0, String::len)),
+                    new.expires_at.is_some(),
+                    blob(new.expires_at.as_ref().map_or(0, String::len)),
                 )
-                + opt(expires_at_ms.is_some(), 8)
+                + opt(new.expires_at_ms.is_some(), 8)
                 + 1
                 + 4,
         ),
@@ -266,7 +249,10 @@ fn encode_entry(entry: &Entry, w: &mut Writer<'_>) -> u8 {
 
 fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
     match command {
-        Command::Create { .. } => encode_create(command, w),
+        Command::Create(new) => {
+            encode_new_stream(new, w);
+            kind::CREATE
+        }
         Command::Append { .. } => encode_append(command, w),
         Command::Close {
             key,
@@ -336,14 +322,9 @@ fn encode_command(command: &Command, w: &mut Writer<'_>) -> u8 {
     }
 }
 
-fn encode_create(command: &Command, w: &mut Writer<'_>) -> u8 {
-    encode_create_fields(command, w);
-    kind::CREATE
-}
-
 /// The fields CREATE carries, which FORK starts with too.
-fn encode_create_fields(command: &Command, w: &mut Writer<'_>) {
-    let (Command::Create {
+fn encode_new_stream(new: &NewStream, w: &mut Writer<'_>) {
+    let NewStream {
         key,
         content_type,
         ttl_secs,
@@ -353,22 +334,7 @@ fn encode_create_fields(command: &Command, w: &mut Writer<'_>) {
         data,
         now_ms,
         attrs,
-    }
-    | Command::Fork {
-        key,
-        content_type,
-        ttl_secs,
-        expires_at,
-        expires_at_ms,
-        closed,
-        data,
-        now_ms,
-        attrs,
-        ..
-    }) = command
-    else {
-        unreachable!("create fields of a command that creates no stream");
-    };
+    } = new;
     w.str(key);
     w.str(content_type);
     w.opt_u64(*ttl_secs);
@@ -381,18 +347,18 @@ fn encode_create_fields(command: &Command, w: &mut Writer<'_>) {
 }
 
 fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
-    encode_create_fields(command, w);
     let Command::Fork {
+        new,
         start,
         origin,
         retained,
         first_record,
         snapshot,
-        ..
     } = command
     else {
         unreachable!("encode_fork of a non-fork");
     };
+    encode_new_stream(new, w);
     w.u64(*start);
     w.fork(origin);
     w.u64(*retained);
@@ -406,31 +372,9 @@ fn encode_fork(command: &Command, w: &mut Writer<'_>) -> u8 {
 
 /// A FORK record: the CREATE fields, then the fork's own.
 fn decode_fork(r: &mut Reader<'_>) -> Result<Command, CodecError> {
-    let Command::Create {
-        key,
-        content_type,
-        ttl_secs,
-        expires_at,
-        expires_at_ms,
-        closed,
-        data,
-        now_ms,
-        attrs,
-    } = decode_create(r)?
-    else {
-        unreachable!("decode_create returns a create");
-    };
     Ok(Command::Fork {
-        key,
-        content_type,
-        ttl_secs,
-        expires_at,
-        expires_at_ms,
-        closed,
+        new: decode_new_stream(r)?,
         start: r.u64()?,
-        data,
-        now_ms,
-        attrs,
         origin: r.fork()?,
         retained: r.u64()?,
         first_record: r.u64()?,
@@ -555,7 +499,7 @@ impl Writer<'_> {
 pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
     let mut r = Reader { rest: payload };
     let entry = match kind {
-        kind::CREATE => Entry::Stream(decode_create(&mut r)?),
+        kind::CREATE => Entry::Stream(Command::Create(decode_new_stream(&mut r)?)),
         kind::APPEND => Entry::Stream(decode_append(&mut r)?),
         kind::CLOSE => Entry::Stream(Command::Close {
             key: r.string()?,
@@ -613,8 +557,8 @@ pub fn decode(kind: u8, payload: &[u8]) -> Result<Entry, CodecError> {
     Ok(entry)
 }
 
-fn decode_create(r: &mut Reader<'_>) -> Result<Command, CodecError> {
-    Ok(Command::Create {
+fn decode_new_stream(r: &mut Reader<'_>) -> Result<NewStream, CodecError> {
+    Ok(NewStream {
         key: r.string()?,
         content_type: r.string()?,
         ttl_secs: r.opt_u64()?,

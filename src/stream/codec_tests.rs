@@ -11,7 +11,7 @@ fn producer() -> Option<ProducerWrite> {
 }
 
 fn create(full: bool) -> Entry {
-    Entry::Stream(Command::Create {
+    Entry::Stream(Command::Create(NewStream {
         key: "/v1/stream/a/b".into(),
         content_type: "application/json".into(),
         ttl_secs: full.then_some(60),
@@ -25,7 +25,7 @@ fn create(full: bool) -> Entry {
         },
         now_ms: 1_700_000_000_000,
         attrs: Vec::new(),
-    })
+    }))
 }
 
 fn append(full: bool) -> Entry {
@@ -63,16 +63,12 @@ fn origin() -> ForkOrigin {
 
 fn fork() -> Entry {
     Entry::Stream(Command::Fork {
-        key: "bkt1/f".into(),
-        content_type: "text/plain".into(),
-        ttl_secs: Some(5),
-        expires_at: None,
-        expires_at_ms: None,
-        closed: true,
+        new: NewStream {
+            ttl_secs: Some(5),
+            closed: true,
+            ..NewStream::plain("bkt1/f", "text/plain", b"helXY", 9)
+        },
         start: 12,
-        data: b"helXY".to_vec(),
-        now_ms: 9,
-        attrs: Vec::new(),
         origin: origin(),
         retained: 4,
         first_record: 2,
@@ -191,7 +187,13 @@ fn data_offset_points_at_the_data() {
         let payload = &out[2..];
         let data = match &entry {
             Entry::Stream(Command::Append { data, .. }) => Some(&data[..]),
-            Entry::Stream(Command::Create { data, .. } | Command::Fork { data, .. })
+            Entry::Stream(
+                Command::Create(NewStream { data, .. })
+                | Command::Fork {
+                    new: NewStream { data, .. },
+                    ..
+                },
+            )
             | Entry::Relocate { data, .. } => Some(&data[..]),
             _ => None,
         };

@@ -29,22 +29,27 @@ pub struct ForkOrigin {
     pub own_lifetime: bool,
 }
 
+/// What a create logs, and a fork starts with: the new stream's
+/// configuration and its first data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewStream {
+    pub key: String,
+    pub content_type: String,
+    pub ttl_secs: Option<u64>,
+    pub expires_at: Option<String>,
+    pub expires_at_ms: Option<u64>,
+    pub closed: bool,
+    /// Canonical bytes (JSON streams: one normalized message per line).
+    pub data: Vec<u8>,
+    pub now_ms: u64,
+    /// Stream attributes (extensions §5), canonical JSON or empty.
+    pub attrs: Vec<u8>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
     /// PUT: create a stream, optionally with initial data and closed.
-    Create {
-        key: String,
-        content_type: String,
-        ttl_secs: Option<u64>,
-        expires_at: Option<String>,
-        expires_at_ms: Option<u64>,
-        closed: bool,
-        /// Canonical bytes (JSON streams: one normalized message per line).
-        data: Vec<u8>,
-        now_ms: u64,
-        /// Stream attributes (extensions §5), canonical JSON or empty.
-        attrs: Vec<u8>,
-    },
+    Create(NewStream),
     /// POST with a body: append canonical bytes, optionally closing.
     Append {
         key: String,
@@ -93,16 +98,9 @@ pub enum Command {
     /// newlines on JSON streams, record ends otherwise); `data` (the
     /// sub-offset prefix then the initial body) starts at `start`.
     Fork {
-        key: String,
-        content_type: String,
-        ttl_secs: Option<u64>,
-        expires_at: Option<String>,
-        expires_at_ms: Option<u64>,
-        closed: bool,
+        /// The fork's configuration; its `data` is its own, at `start`.
+        new: NewStream,
         start: u64,
-        data: Vec<u8>,
-        now_ms: u64,
-        attrs: Vec<u8>,
         origin: ForkOrigin,
         /// The source's retention point and the record ordinal there.
         retained: u64,
@@ -131,13 +129,16 @@ pub enum Command {
 impl Command {
     pub fn key(&self) -> &str {
         match self {
-            Command::Create { key, .. }
+            Command::Create(NewStream { key, .. })
+            | Command::Fork {
+                new: NewStream { key, .. },
+                ..
+            }
             | Command::Append { key, .. }
             | Command::Close { key, .. }
             | Command::SetAttrs { key, .. }
             | Command::Snapshot { key, .. }
             | Command::Retain { key, .. }
-            | Command::Fork { key, .. }
             | Command::SoftDelete { key, .. }
             | Command::Delete { key, .. }
             | Command::Touch { key, .. } => key,
@@ -146,11 +147,11 @@ impl Command {
 }
 
 #[cfg(test)]
-impl Command {
-    /// A create of `key` with nothing but a content type and initial data,
-    /// as unit tests need one.
-    pub fn plain_create(key: &str, content_type: &str, data: &[u8], now_ms: u64) -> Command {
-        Command::Create {
+impl NewStream {
+    /// `key` with nothing but a content type and initial data, as unit
+    /// tests need one.
+    pub fn plain(key: &str, content_type: &str, data: &[u8], now_ms: u64) -> NewStream {
+        NewStream {
             key: key.into(),
             content_type: content_type.into(),
             ttl_secs: None,
@@ -161,5 +162,13 @@ impl Command {
             now_ms,
             attrs: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+impl Command {
+    /// A create of [`NewStream::plain`].
+    pub fn plain_create(key: &str, content_type: &str, data: &[u8], now_ms: u64) -> Command {
+        Command::Create(NewStream::plain(key, content_type, data, now_ms))
     }
 }

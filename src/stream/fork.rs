@@ -92,16 +92,8 @@ impl Table {
 
     pub(super) fn apply_fork(&mut self, command: Command) -> (Applied, Undo) {
         let Command::Fork {
-            key,
-            content_type,
-            ttl_secs,
-            expires_at,
-            expires_at_ms,
-            closed,
+            mut new,
             start,
-            data,
-            now_ms,
-            attrs,
             origin,
             retained,
             first_record,
@@ -112,18 +104,9 @@ impl Table {
         };
         // A create of the same configuration, whose data is then the staged
         // inherited bytes and, at the fork point, the fork's own.
-        let create = Command::Create {
-            key: key.clone(),
-            content_type,
-            ttl_secs,
-            expires_at,
-            expires_at_ms,
-            closed,
-            data: Vec::new(),
-            now_ms,
-            attrs,
-        };
-        let (_, undo) = self.apply_create(create);
+        let data = std::mem::take(&mut new.data);
+        let (key, now_ms) = (new.key.clone(), new.now_ms);
+        let (_, undo) = self.apply_create(Command::Create(new));
         let id = incarnation_id(&key, now_ms);
         let staged = self.staged.remove(&id).unwrap_or_default();
         let mut messages = RecordIndex::starting_at(first_record, retained);

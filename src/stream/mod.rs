@@ -19,6 +19,6 @@ pub mod state;
 pub mod table;
 pub mod undo;
 
-pub use command::{Command, ForkOrigin, ProducerWrite};
+pub use command::{Command, ForkOrigin, NewStream, ProducerWrite};
 pub use state::{ProducerState, Snapshot, Stream};
 pub use table::{Applied, Table};

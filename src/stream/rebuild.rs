@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::codec::{self, Entry, StreamImage};
-use super::command::{Command, ProducerWrite};
+use super::command::{Command, NewStream, ProducerWrite};
 use super::data::{Extent, StreamData};
 use super::records::RecordIndex;
 use super::state::{ProducerState, RecentWrites, Stream, WriteRange};
@@ -82,7 +82,7 @@ impl Rebuild {
 
     fn command(&mut self, command: Command, location: Option<Location>) {
         match command {
-            Command::Create {
+            Command::Create(NewStream {
                 key,
                 content_type,
                 ttl_secs,
@@ -92,7 +92,7 @@ impl Rebuild {
                 data,
                 now_ms,
                 attrs,
-            } => {
+            }) => {
                 let stream_id = incarnation_id(&key, now_ms);
                 let json = crate::protocol::content_type::is_json(&content_type);
                 self.place(stream_id, 0, &data, location, json);
@@ -123,16 +123,8 @@ impl Rebuild {
                 self.meta.insert(key, image);
             }
             Command::Fork {
-                key,
-                content_type,
-                ttl_secs,
-                expires_at,
-                expires_at_ms,
-                closed,
+                mut new,
                 start,
-                data,
-                now_ms,
-                attrs,
                 origin,
                 retained,
                 first_record,
@@ -141,18 +133,9 @@ impl Rebuild {
                 // A create of the same configuration, then the fork's own
                 // data at the fork point; the inherited pieces are RELOCATE
                 // records of the same incarnation.
-                let create = Command::Create {
-                    key: key.clone(),
-                    content_type,
-                    ttl_secs,
-                    expires_at,
-                    expires_at_ms,
-                    closed,
-                    data: Vec::new(),
-                    now_ms,
-                    attrs,
-                };
-                self.command(create, None);
+                let data = std::mem::take(&mut new.data);
+                let (key, now_ms) = (new.key.clone(), new.now_ms);
+                self.command(Command::Create(new), None);
                 let stream_id = incarnation_id(&key, now_ms);
                 let json = self.meta.get(&key).is_none_or(content_is_json);
                 self.place(stream_id, start, &data, location, json);
@@ -643,16 +626,8 @@ mod tests {
         // Checksum-valid but inconsistent: the FORK's own data does not
         // end on a line end, so no record ends at the stream's tail.
         let fork = Command::Fork {
-            key: "k".into(),
-            content_type: "application/json".into(),
-            ttl_secs: None,
-            expires_at: None,
-            expires_at_ms: None,
-            closed: false,
+            new: NewStream::plain("k", "application/json", b"1\n2", 1),
             start: 0,
-            data: b"1\n2".to_vec(),
-            now_ms: 1,
-            attrs: Vec::new(),
             origin: crate::stream::command::ForkOrigin {
                 source: "s".into(),
                 source_id: 1,
@@ -678,7 +653,7 @@ mod tests {
                 rebuild.legacy_access();
             }
             let mut create = Command::plain_create("k", "text/plain", b"", 1_000);
-            if let Command::Create { ttl_secs, .. } = &mut create {
+            if let Command::Create(NewStream { ttl_secs, .. }) = &mut create {
                 *ttl_secs = Some(10);
             }
             rebuild.replay(Entry::Stream(create), None);

@@ -12,7 +12,7 @@ use std::ops::Bound;
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::command::{Command, ProducerWrite};
+use super::command::{Command, NewStream, ProducerWrite};
 use super::state::{ProducerState, Stream, WriteRange};
 pub use super::undo::{Undo, WriteUndo};
 
@@ -262,7 +262,7 @@ impl Table {
 
     fn apply_untracked(&mut self, command: Command) -> (Applied, Undo) {
         match command {
-            Command::Create { .. } => self.apply_create(command),
+            Command::Create(_) => self.apply_create(command),
             Command::Fork { .. } => self.apply_fork(command),
             Command::SoftDelete { key, stream_id } => {
                 let stream = self
@@ -450,7 +450,7 @@ impl Table {
     }
 
     pub(super) fn apply_create(&mut self, command: Command) -> (Applied, Undo) {
-        let Command::Create {
+        let Command::Create(NewStream {
             key,
             content_type,
             ttl_secs,
@@ -460,7 +460,7 @@ impl Table {
             data,
             now_ms,
             attrs,
-        } = command
+        }) = command
         else {
             unreachable!("apply_create takes Create only");
         };

@@ -96,7 +96,7 @@ fn publish_ignores_an_older_incarnation() {
         stream_id: id,
     });
     let mut newer = create("k", b"");
-    if let Command::Create { now_ms, .. } = &mut newer {
+    if let Command::Create(NewStream { now_ms, .. }) = &mut newer {
         *now_ms = 6;
     }
     table.apply(newer);

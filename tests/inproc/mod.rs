@@ -16,14 +16,14 @@ use rill::log::storage::{DirectStorage, FaultPlan, FaultyStorage, Storage};
 use rill::shard::Shard;
 use rill::shard::mesh::Mesh;
 use rill::shard::store::Segments;
-use rill::stream::Command;
 use rill::stream::rebuild::Rebuild;
+use rill::stream::{Command, NewStream};
 
 pub const NOW_MS: u64 = 1_700_000_000_000;
 
 /// A create of an empty byte stream `key` at `NOW_MS`.
 pub fn create(key: &str) -> Command {
-    Command::Create {
+    Command::Create(NewStream {
         key: key.to_string(),
         content_type: "application/octet-stream".to_string(),
         ttl_secs: None,
@@ -33,7 +33,7 @@ pub fn create(key: &str) -> Command {
         data: Vec::new(),
         now_ms: NOW_MS,
         attrs: Vec::new(),
-    }
+    })
 }
 
 /// A unique scratch directory removed on drop.

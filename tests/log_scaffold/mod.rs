@@ -11,8 +11,8 @@ use rill::log::appender::{Appender, LogEnd};
 use rill::log::format::{self, FLAG_BATCH_END, HEADER_BYTES};
 use rill::log::recovery::{self, Recovered, RecoveryError};
 use rill::log::storage::DirectStorage;
-use rill::stream::Command;
 use rill::stream::codec::{self, Entry};
+use rill::stream::{Command, NewStream};
 
 /// Segment size of the one-segment tests (the appender never rolls).
 pub const BIG: u64 = 1 << 20;
@@ -56,7 +56,7 @@ pub fn rec_of_len(seq: u64, len: usize) -> Rec {
         // key, content type, three option tags, closed, data length, now_ms,
         // attrs length.
         let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8 + 4;
-        Entry::Stream(Command::Create {
+        Entry::Stream(Command::Create(NewStream {
             key,
             content_type,
             ttl_secs: None,
@@ -66,7 +66,7 @@ pub fn rec_of_len(seq: u64, len: usize) -> Rec {
             data: filler(fixed),
             now_ms,
             attrs: Vec::new(),
-        })
+        }))
     } else if len == 0 && seq.is_multiple_of(3) {
         Entry::BucketCreate {
             bucket: format!("bucket-{seq}"),
@@ -79,7 +79,7 @@ pub fn rec_of_len(seq: u64, len: usize) -> Rec {
         let key = format!("t/{seq}");
         let content_type = "text/plain".to_string();
         let fixed = 4 + key.len() + 4 + content_type.len() + 3 + 1 + 4 + 8 + 4;
-        Entry::Stream(Command::Create {
+        Entry::Stream(Command::Create(NewStream {
             data: filler(fixed),
             key,
             content_type,
@@ -89,7 +89,7 @@ pub fn rec_of_len(seq: u64, len: usize) -> Rec {
             closed: false,
             now_ms,
             attrs: Vec::new(),
-        })
+        }))
     };
     let mut payload = Vec::new();
     let kind = codec::encode(&entry, &mut payload);
