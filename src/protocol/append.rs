@@ -178,7 +178,7 @@ fn with_producer(reply: Response, producer: Option<&ProducerWrite>, seq: Option<
 /// duplicate (204) answering that write's own ranges (§6.3: "the original
 /// Stream-Record-Start and Stream-Record-Next"); anything else is 409 with
 /// `Stream-Closed: true`.
-fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
+pub(super) fn closed_reply(stream: &Stream, producer: Option<&ProducerWrite>) -> Response {
     if let Some(p) = producer
         && stream.closed_by.as_deref() == Some(p)
     {

@@ -9,7 +9,7 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::append::{canonical, check_same_content_type, check_valid_content_type};
+use super::append::{canonical, check_same_content_type, check_valid_content_type, closed_reply};
 use super::json::Normalized;
 use super::records::messages_in;
 use super::response::{Response, bad_request, not_found};
@@ -86,7 +86,12 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
         // PROTOCOL.md §4.2: a deleted source that forks still read is 410.
         return Err(super::fork::soft_deleted_reply(false));
     }
-    check_same_content_type(ct, stream)?;
+    // PROTOCOL.md §5.2: a closed stream's 409 outranks a content-type one
+    // (with a matching type, each frame answers its own closed 409).
+    check_same_content_type(ct, stream).map_err(|mismatch| match stream.closed {
+        true => closed_reply(stream, None),
+        false => mismatch,
+    })?;
     let frames = frames(req.body)?;
     // A message a frame at least (a JSON frame of several records adds
     // more once decided).
