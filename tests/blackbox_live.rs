@@ -391,6 +391,16 @@ fn sse_binary_stream_is_base64() {
     create(&s, &tpath, TEXT, b"t");
     let sse = Sse::open(s.addr, &sse_path(&tpath, "-1"));
     assert_eq!(sse.head.header("stream-sse-data-encoding"), None);
+
+    // A text stream in another charset is base64 too: its bytes are not
+    // UTF-8, so as text they would arrive altered (U+FFFD for 0xE9).
+    let latin1 = "text/plain; charset=iso-8859-1";
+    let lpath = new_path();
+    create(&s, &lpath, latin1, b"caf\xe9");
+    let mut sse = Sse::open(s.addr, &sse_path(&lpath, "-1"));
+    assert_eq!(sse.head.header("stream-sse-data-encoding"), Some("base64"));
+    let d = sse.expect("data", Duration::from_secs(3));
+    assert_eq!(b64.decode(d.data.replace('\n', "")).unwrap(), b"caf\xe9");
 }
 
 #[test]

@@ -70,10 +70,18 @@ pub fn is_json(content_type: &str) -> bool {
     essence(content_type) == "application/json"
 }
 
-/// SSE carries text as UTF-8 and everything else as base64 (PROTOCOL.md §5.7).
+/// SSE carries text as UTF-8 and everything else as base64 (PROTOCOL.md
+/// §5.8). A text type that names another charset is base64 too: its bytes
+/// are not UTF-8, and as text they would arrive replaced (U+FFFD) or held
+/// back as the start of a character that never completes.
 pub fn is_sse_text(content_type: &str) -> bool {
     let e = essence(content_type);
-    e.starts_with("text/") || e == "application/json"
+    let utf8 = charset(content_type).is_none_or(|c| {
+        ["utf-8", "utf8", "us-ascii"]
+            .iter()
+            .any(|u| c.eq_ignore_ascii_case(u))
+    });
+    e == "application/json" || e.starts_with("text/") && utf8
 }
 
 /// `type/subtype` with RFC 9110 token characters on both sides, and
@@ -201,5 +209,16 @@ mod tests {
         for ct in bad {
             assert!(!is_valid(ct), "{ct}");
         }
+    }
+
+    #[test]
+    fn sse_carries_as_text_only_what_is_utf_8() {
+        assert!(is_sse_text("text/plain"));
+        assert!(is_sse_text("Text/Plain; Charset=\"UTF-8\""));
+        assert!(is_sse_text("text/csv; charset=us-ascii"));
+        assert!(is_sse_text("application/json"));
+        assert!(!is_sse_text("text/plain; charset=iso-8859-1"));
+        assert!(!is_sse_text("application/octet-stream"));
+        assert!(!is_sse_text("application/x-ndjson"));
     }
 }
