@@ -486,6 +486,13 @@ fn deduplicated_retry_after_retention_returns_its_original_range() {
     assert_eq!(retry(&s, 1), (3, 4), "ending at the retained record");
     s.restart();
     assert_eq!(retry(&s, 1), (3, 4), "after a restart");
+    // Its end is before the retention point: the log's trimmed records
+    // count back from the first retained one.
+    assert_eq!(
+        retry(&s, 0),
+        (0, 3),
+        "wholly retained away, after a restart"
+    );
     assert_eq!(
         first_next(&s, &path),
         (4, 6),

@@ -84,6 +84,59 @@ impl Placed {
     }
 }
 
+/// The record ordinals of message ends before a stream's retention point,
+/// for `wanted` ends (sorted): retention renumbers nothing (extensions
+/// §6.1), so an end's ordinal is the first retained one less the message
+/// ends after it up to the retention point, known while the log still
+/// holds every piece in between. What a deduplicated producer retry of a
+/// trimmed append answers after a restart (§6.3).
+pub struct Trimmed<'a> {
+    pub retained: u64,
+    pub first_record: u64,
+    pub json: bool,
+    pub wanted: &'a [u64],
+}
+
+impl Placed {
+    /// [`Trimmed`]'s ordinals, as (end, ordinal); the pieces sorted.
+    pub fn ordinals_before(&self, trimmed: &Trimmed<'_>) -> Vec<(u64, u64)> {
+        let Trimmed {
+            retained, wanted, ..
+        } = *trimmed;
+        // `run` counts the message ends of the contiguous pieces seen last;
+        // `found` holds each wanted end's count within that run.
+        let (mut run, mut last, mut found) = (0u64, None, Vec::new());
+        let mut reached = false;
+        for piece in self.pieces().take_while(|p| p.start < retained) {
+            let piece_end = piece.start + piece.len;
+            if last.is_some_and(|covered| covered != piece.start) {
+                (run, found) = (0, Vec::new());
+            }
+            last = Some(piece_end);
+            let ends = match trimmed.json {
+                true => piece.newlines,
+                false => std::slice::from_ref(&piece_end),
+            };
+            for &end in ends.iter().take_while(|&&end| end <= retained) {
+                run += 1;
+                reached = end == retained;
+                if wanted.binary_search(&end).is_ok() {
+                    found.push((end, run));
+                }
+            }
+        }
+        // The run must reach the retention point, whose ordinal is known.
+        if !reached {
+            return Vec::new();
+        }
+        let first = trimmed.first_record;
+        found
+            .into_iter()
+            .filter_map(|(end, at)| Some((end, first.checked_sub(run - at)?)))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +161,44 @@ mod tests {
                 (15, 1, (2, 4101), vec![16]),
             ]
         );
+    }
+
+    #[test]
+    fn trimmed_ends_count_back_from_the_first_retained_record() {
+        let trimmed = |placed: &Placed, retained, json, wanted: &[u64]| {
+            let first_record = 10;
+            placed.ordinals_before(&Trimmed {
+                retained,
+                first_record,
+                json,
+                wanted,
+            })
+        };
+        // Byte messages 0..4, 4..6, 6..9: retained from 9 (ordinal 10).
+        let mut bytes = Placed::default();
+        for (start, len) in [(0, 4), (4, 2), (6, 3), (9, 5)] {
+            bytes.add(start, len, (1, start), &[]);
+        }
+        bytes.sort();
+        assert_eq!(trimmed(&bytes, 9, false, &[4, 6]), [(4, 8), (6, 9)]);
+        assert_eq!(trimmed(&bytes, 6, false, &[4]), [(4, 9)]);
+        // A retention point that ends no message is no anchor.
+        assert_eq!(trimmed(&bytes, 5, false, &[4]), []);
+        // JSON: a piece holding several records, retained inside it.
+        let mut json = Placed::default();
+        json.add(0, 4, (1, 0), &[2, 4]);
+        json.add(4, 6, (1, 4), &[6, 8, 10]);
+        json.sort();
+        assert_eq!(
+            trimmed(&json, 8, true, &[2, 4, 6]),
+            [(2, 7), (4, 8), (6, 9)]
+        );
+        // A piece missing in between: only ends after the gap count.
+        let mut gapped = Placed::default();
+        gapped.add(0, 4, (1, 0), &[]);
+        gapped.add(6, 3, (1, 6), &[]);
+        gapped.sort();
+        assert_eq!(trimmed(&gapped, 9, false, &[4]), []);
+        assert_eq!(trimmed(&gapped, 9, false, &[9]), [(9, 10)]);
     }
 }

@@ -15,7 +15,7 @@ use super::state::{ProducerState, RecentWrites, Stream, WriteRange};
 use super::table::{Table, incarnation_id};
 
 pub use super::placed::Location;
-use super::placed::{Piece, Placed};
+use super::placed::{Piece, Placed, Trimmed};
 
 #[derive(Default)]
 pub struct Rebuild {
@@ -320,11 +320,13 @@ impl Rebuild {
     ) -> Result<(Table, BTreeMap<String, u64>), String> {
         let mut table = Table::with_cache_budget(cache_budget);
         for (key, meta) in std::mem::take(&mut self.meta) {
-            let pieces = self.placed.remove(&meta.stream_id).unwrap_or_default();
+            let mut pieces = self.placed.remove(&meta.stream_id).unwrap_or_default();
+            pieces.sort();
+            let trimmed = self.trimmed_ordinals(&meta, &pieces);
             let access = recovered_access(&meta, now_ms, self.legacy_access);
             let mut stream =
                 build(meta, pieces, access).map_err(|e| format!("stream {key}: {e}"))?;
-            self.restore_ranges(&mut stream);
+            self.restore_ranges(&mut stream, &trimmed);
             table.restore(key, stream);
         }
         Ok((table, self.registry))
@@ -334,16 +336,39 @@ impl Rebuild {
 impl Rebuild {
     /// Gives each producer the ranges of its latest appends whose records
     /// the log still holds.
-    fn restore_ranges(&self, stream: &mut Stream) {
+    /// `trimmed`: ordinals of ends before the retention point.
+    fn restore_ranges(&self, stream: &mut Stream, trimmed: &[(u64, u64)]) {
+        let trimmed_at = |end| trimmed.iter().find(|&&(e, _)| e == end).map(|&(_, o)| o);
         for (id, state) in stream.producers.iter_mut() {
             let found = self.ranges.get(&(stream.id, id.clone()));
             if let Some(&(epoch, mut recent)) = found
                 && epoch == state.epoch
             {
-                recent.fill_ordinals(|end| stream.messages.ordinal_at(end));
+                recent.fill_ordinals(|end| stream.messages.ordinal_at(end).or(trimmed_at(end)));
                 state.recent = recent;
             }
         }
+    }
+
+    /// The ordinals of the producers' remembered appends that retention
+    /// trimmed, while the log still holds them (`Placed::ordinals_before`).
+    fn trimmed_ordinals(&self, meta: &StreamImage, pieces: &Placed) -> Vec<(u64, u64)> {
+        let mut wanted: Vec<u64> = (meta.producers.iter())
+            .filter_map(|p| self.ranges.get(&(meta.stream_id, p.id.clone())))
+            .flat_map(|(_, recent)| recent.writes().map(|(_, range)| range.end))
+            .filter(|&end| end < meta.retained)
+            .collect();
+        if wanted.is_empty() {
+            return Vec::new();
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+        pieces.ordinals_before(&Trimmed {
+            retained: meta.retained,
+            first_record: meta.first_record,
+            json: content_is_json(meta),
+            wanted: &wanted,
+        })
     }
 }
 
@@ -380,7 +405,8 @@ fn record_producer(
 /// A stream from its metadata and placed pieces, which must cover
 /// `[0, tail)` without gaps.
 /// `access`: the recovered last access and logged access.
-fn build(meta: StreamImage, mut pieces: Placed, access: (u64, u64)) -> Result<Stream, String> {
+/// `pieces` sorted.
+fn build(meta: StreamImage, pieces: Placed, access: (u64, u64)) -> Result<Stream, String> {
     let json = crate::protocol::content_type::is_json(&meta.content_type);
     let mut data = StreamData::default();
     let mut messages = RecordIndex::starting_at(meta.first_record, meta.retained);
@@ -388,7 +414,6 @@ fn build(meta: StreamImage, mut pieces: Placed, access: (u64, u64)) -> Result<St
     // reclaims it); from there on it must cover the stream without gaps.
     let mut covered = meta.retained;
     let mut located = false;
-    pieces.sort();
     for piece in pieces.pieces() {
         let Piece { start, .. } = piece;
         if start >= meta.tail {
