@@ -725,6 +725,35 @@ fn long_poll_past_the_tail_answers_at_once_with_the_tail() {
     assert_digits("Stream-Cursor", r.header("stream-cursor"));
 }
 
+/// A long-poll window of a text stream ends on a character boundary, also
+/// when it is sent from the cache's chunks and the cut falls in a later
+/// chunk than the first; the next poll takes the rest.
+#[test]
+fn long_poll_windows_of_cached_text_end_between_characters() {
+    let s = Server::start(&[]);
+    let path = new_path();
+    create(&s, &path, TEXT, b"a");
+    let accents = "\u{e9}".repeat(1 << 20);
+    for _ in 0..3 {
+        append(&s, &path, TEXT, accents.as_bytes());
+    }
+    let poll = |offset: &str| {
+        let target = format!("{path}?offset={offset}&live=long-poll");
+        let r = req(s.addr, "GET", &target, &[], b"");
+        assert_eq!(r.status, 200);
+        let text = String::from_utf8(r.body.clone()).expect("whole characters");
+        (next_offset(&r), text)
+    };
+    let (next, first) = poll("-1");
+    assert_eq!(
+        first.len(),
+        (4 << 20) - 1,
+        "cut back to the character's start"
+    );
+    let (_, rest) = poll(&next);
+    assert_eq!(first + &rest, format!("a{}", accents.repeat(3)));
+}
+
 /// PROTOCOL.md §5.8: text data events never carry invalid UTF-8; a window
 /// ending inside a code point is shortened and `streamNextOffset` names
 /// the byte actually sent. At the live tail, a character split across two

@@ -113,6 +113,55 @@ fn burst_of_windows(name: &str, query: &str) {
     assert!(grown < 64 << 20, "peak memory grew by {grown} bytes");
 }
 
+/// A long-poll answered from the cache sends the cache's chunks as they
+/// are: readers that arrive one after another after the data (each alone
+/// in its audience) and never read hold no window of their own (40 held a
+/// copy each, ~160 MB, before).
+#[test]
+fn cached_long_poll_answers_are_not_copied_per_reader() {
+    use std::io::Write;
+    let s = Server::start(&["--cores", "1", "--max-reply-bytes", "1073741824"]);
+    let path = "/v1/stream/cached-polls";
+    let octets = [("Content-Type", "application/octet-stream")];
+    assert_eq!(req(s.addr, "PUT", path, &octets, b"").status, 201);
+    let mut conn = Conn::open(s.addr);
+    for _ in 0..8 {
+        let r = conn.request("POST", path, &octets, &payload(1 << 20));
+        assert_eq!(r.status, 204);
+    }
+    let before = s.peak_rss();
+    let ask = format!("GET {path}?offset=-1&live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n");
+    let stalled: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| {
+            let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None);
+            let socket = socket.unwrap();
+            socket.set_recv_buffer_size(4096).unwrap();
+            socket.connect(&s.addr.into()).unwrap();
+            let mut stalled: std::net::TcpStream = socket.into();
+            stalled.write_all(ask.as_bytes()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            stalled
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let grown = s.peak_rss().saturating_sub(before);
+    assert!(grown < 48 << 20, "peak memory grew by {grown} bytes");
+    let r = req(
+        s.addr,
+        "GET",
+        &format!("{path}?offset=-1&live=long-poll"),
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200);
+    assert!(
+        r.body == payload(1 << 20).repeat(4),
+        "{} bytes",
+        r.body.len()
+    );
+    drop(stalled);
+}
+
 /// An SSE response fetches window after window with no answer left to
 /// refuse: each waits for the budget before it fetches, so readers that
 /// do not read hold at most the budget, not a window each.

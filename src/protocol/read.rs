@@ -510,10 +510,23 @@ pub fn poll_body(
     cut: Cut,
     fetched: &[u8],
 ) -> Result<(u64, Vec<u8>), Response> {
-    if let Some(gone) = overtaken(stream, plan) {
-        return Err(gone);
-    }
+    poll_check(plan, stream)?;
     Ok(window_body(stream, plan, cut, fetched))
+}
+
+/// What `poll_body` checks before it renders: the 410 once retention
+/// passed a record-aware read's start.
+pub fn poll_check(plan: &ReadPlan, stream: &Stream) -> Result<(), Response> {
+    overtaken(stream, plan).map_or(Ok(()), Err)
+}
+
+/// Whether `plan`'s body is the stored bytes as they are (no JSON array,
+/// no record envelope), so cached chunks can be sent uncopied.
+pub fn sends_stored_bytes(stream: &Stream, plan: &ReadPlan) -> bool {
+    match plan.records {
+        Some(view) => !view.envelope,
+        None => !(stream.json && plan.surface == Surface::V1),
+    }
 }
 
 /// The head of a long-poll answer whose body ends at `end` (§5.6: its own

@@ -70,16 +70,21 @@ pub fn fetch_end(cut: Cut, tail: u64) -> u64 {
 
 /// The window's end, given the bytes fetched from `start`.
 pub fn resolve(cut: Cut, start: u64, fetched: &[u8]) -> u64 {
+    resolve_by(cut, start, |at| fetched.get(at as usize).copied())
+}
+
+/// `resolve` where `byte_at(i)` is the window's byte `i` (from `start`).
+pub fn resolve_by(cut: Cut, start: u64, byte_at: impl Fn(u64) -> Option<u8>) -> u64 {
     match cut {
         Cut::At(end) => end,
-        Cut::Utf8Near(limit) => start + utf8_end(fetched, 0, limit - start),
+        Cut::Utf8Near(limit) => start + utf8_end(byte_at, 0, limit - start),
     }
 }
 
 /// `limit` moved back (at most 3 bytes) to the start of a UTF-8 sequence;
 /// forward instead when that would leave nothing, so readers progress.
-fn utf8_end(data: &[u8], start: u64, limit: u64) -> u64 {
-    let continuation = |at: u64| data.get(at as usize).is_some_and(|b| b & 0xC0 == 0x80);
+fn utf8_end(byte_at: impl Fn(u64) -> Option<u8>, start: u64, limit: u64) -> u64 {
+    let continuation = |at: u64| byte_at(at).is_some_and(|b| b & 0xC0 == 0x80);
     let mut end = limit;
     for _ in 0..3 {
         if end > start && continuation(end) {
@@ -90,12 +95,13 @@ fn utf8_end(data: &[u8], start: u64, limit: u64) -> u64 {
         return end;
     }
     let mut end = limit;
+    // Only over bytes that are there: the window's length bounds it.
     for _ in 0..3 {
         if continuation(end) {
             end += 1;
         }
     }
-    end.min(data.len() as u64)
+    end
 }
 
 /// How many bytes at the end of `data` are a UTF-8 sequence's valid start

@@ -47,7 +47,8 @@ pub struct SharedBody {
     pub key: BodyKey,
     /// Where its window ends (`Stream-Next-Offset`).
     pub end: u64,
-    pub body: Bytes,
+    /// Its bytes: one rendered piece, or the cache's chunks as they are.
+    pub body: Vec<Bytes>,
     pub lease: Option<ReplyLease>,
 }
 

@@ -236,24 +236,50 @@ pub async fn respond_shared(
     shard: &Shard,
     socket: &mut TcpStream,
     head: Response,
-    body: &bytes::Bytes,
+    body: Vec<bytes::Bytes>,
     keep_alive: Persistence,
 ) -> bool {
     debug_assert!(head.body.is_empty(), "the body is the shared one");
     responding(shard, socket, head.status);
+    let len: usize = body.iter().map(bytes::Bytes::len).sum();
     let mut out = Vec::with_capacity(512);
     render::encode(
         &head,
-        Framing::Sized(body.len() as u64),
+        Framing::Sized(len as u64),
         keep_alive,
         false,
         &mut out,
     );
-    if body.len() < VECTORED_BODY_BYTES {
-        out.extend_from_slice(body);
+    if len < VECTORED_BODY_BYTES {
+        body.iter().for_each(|piece| out.extend_from_slice(piece));
         return write_bytes(socket, out).await && keep_alive.alive();
     }
-    write_bytes(socket, out).await && write_bytes(socket, body.clone()).await && keep_alive.alive()
+    write_bytes(socket, out).await && write_slices(socket, body).await && keep_alive.alive()
+}
+
+/// A cached chunk at least this long is sent as it is; shorter ones are
+/// gathered into writes of up to `GATHER_BYTES` (one write per small
+/// append would cost a system call each).
+const SHARED_SLICE_BYTES: usize = 64 << 10;
+const GATHER_BYTES: usize = 256 << 10;
+
+pub async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool {
+    let mut gathered: Vec<u8> = Vec::new();
+    for slice in slices {
+        let shared = slice.len() >= SHARED_SLICE_BYTES;
+        if shared || gathered.len() + slice.len() > GATHER_BYTES {
+            let full = std::mem::take(&mut gathered);
+            if !full.is_empty() && !write_bytes(socket, full).await {
+                return false;
+            }
+        }
+        if !shared {
+            gathered.extend_from_slice(&slice);
+        } else if !write_bytes(socket, slice).await {
+            return false;
+        }
+    }
+    gathered.is_empty() || write_bytes(socket, gathered).await
 }
 
 /// One writev of head and body; whatever a partial write leaves is written

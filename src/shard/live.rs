@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::Shard;
 use super::audience::{Audience, BodyKey, SharedBody};
-use super::conn::{respond, respond_shared, responding, write_bytes};
+use super::conn::{respond, respond_shared, responding, write_bytes, write_slices};
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing, Persistence, Streamed};
@@ -23,7 +23,7 @@ use crate::protocol::Response;
 use crate::protocol::read::{self, LiveMode, MAX_READ_BYTES, ReadPlan};
 use crate::protocol::response::{not_found, storage_unavailable};
 use crate::protocol::whole;
-use crate::protocol::window::Cut;
+use crate::protocol::window::{self, Cut};
 
 /// Serves a read the protocol accepted; returns whether the connection
 /// stays open.
@@ -209,31 +209,6 @@ fn cached_as_is(
     (data.cache_start() <= from).then(|| data.cached_slices(from, to))
 }
 
-/// A cached chunk at least this long is sent as it is; shorter ones are
-/// gathered into writes of up to `GATHER_BYTES` (one write per small
-/// append would cost a system call each).
-const SHARED_SLICE_BYTES: usize = 64 << 10;
-const GATHER_BYTES: usize = 256 << 10;
-
-async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool {
-    let mut gathered: Vec<u8> = Vec::new();
-    for slice in slices {
-        let shared = slice.len() >= SHARED_SLICE_BYTES;
-        if shared || gathered.len() + slice.len() > GATHER_BYTES {
-            let full = std::mem::take(&mut gathered);
-            if !full.is_empty() && !write_bytes(socket, full).await {
-                return false;
-            }
-        }
-        if !shared {
-            gathered.extend_from_slice(&slice);
-        } else if !write_bytes(socket, slice).await {
-            return false;
-        }
-    }
-    gathered.is_empty() || write_bytes(socket, gathered).await
-}
-
 /// What a long-poll should do next.
 enum Poll {
     Answer(Response),
@@ -275,7 +250,7 @@ async fn long_poll(
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
-            respond_shared(shard, socket, head, &body.body, keep).await
+            respond_shared(shard, socket, head, body.body.clone(), keep).await
         }
         None => false,
     }
@@ -421,6 +396,9 @@ async fn render_poll_body(
     plan: &ReadPlan,
     key: BodyKey,
 ) -> Result<SharedBody, Response> {
+    if let Some(body) = cached_poll_body(shard, plan, key)? {
+        return Ok(body);
+    }
     let fetch_lease = shard.lease_counted_reply(window_bytes(key.start, key.fetch_end))?;
     let fetched = store::fetch(shard, &plan.key, key.id, key.start, key.fetch_end)
         .await
@@ -433,13 +411,52 @@ async fn render_poll_body(
     // No await between the two: the bytes stay counted throughout.
     drop(fetch_lease);
     let lease = shard.hold_reply(body.len());
-    let body = Bytes::from(body);
     Ok(SharedBody {
         key,
         end,
-        body,
+        body: vec![Bytes::from(body)],
         lease,
     })
+}
+
+/// The body of `key` as the cache's chunks, uncopied, when it is stored
+/// bytes all cached: a copy per reader arriving after the data (whose
+/// audience is gone by then) cost a fresh window and its page faults each.
+fn cached_poll_body(
+    shard: &Shard,
+    plan: &ReadPlan,
+    key: BodyKey,
+) -> Result<Option<SharedBody>, Response> {
+    let table = shard.table.borrow();
+    let stream = table
+        .get_incarnation(&plan.key, plan.stream_id)
+        .ok_or_else(|| vanished(shard, &plan.key))?;
+    read::poll_check(plan, stream)?;
+    let data = &stream.data;
+    if !read::sends_stored_bytes(stream, plan) || data.cache_start() > key.start {
+        return Ok(None);
+    }
+    let window = data.cached_slices(key.start, key.fetch_end);
+    let byte_at = |at: u64| byte_of(&window, at);
+    let end = window::resolve_by(key.cut, key.start, byte_at).min(key.fetch_end);
+    let lease = shard.lease_counted_reply(window_bytes(key.start, end))?;
+    Ok(Some(SharedBody {
+        key,
+        end,
+        body: data.cached_slices(key.start, end),
+        lease,
+    }))
+}
+
+/// Byte `at` of the bytes `slices` hold one after another.
+fn byte_of(slices: &[Bytes], mut at: u64) -> Option<u8> {
+    for slice in slices {
+        match slice.get(at as usize) {
+            Some(&byte) => return Some(byte),
+            None => at -= slice.len() as u64,
+        }
+    }
+    None
 }
 
 /// The bytes a window from `start` to `end` takes in memory.
