@@ -205,6 +205,10 @@ fn incomplete_heads() {
     }
     assert_eq!(ok(full).head_len, full.len());
     assert!(matches!(parse("\r\n\r\nGET / HTTP/1.1\r\n"), Ok(None)));
+    // RFC 9112 §2.2: lines ended by CR alone never complete a head; they
+    // are refused as they arrive, not at the deadline.
+    assert!(malformed("GET /v1/health HTTP/1.1\rHost: x\r\r"));
+    assert!(malformed("GET / HTTP/1.1\r\nHost: x\rY"));
 }
 
 #[test]
