@@ -138,6 +138,15 @@ fn closed_streams_fail_every_frame_with_stream_closed() {
         r.header("stream-next-offset"),
         Some("0000000000000000_0000000000000000")
     );
+    // A malformed type too, as a plain append answers it.
+    let r = req(
+        s.addr,
+        "POST",
+        &format!("/{BUCKET}/done/append-batch"),
+        &[("Content-Type", "not a type")],
+        &framed(&[b"x"]),
+    );
+    assert_eq!((r.status, r.header("stream-closed")), (409, Some("true")));
 }
 
 #[test]

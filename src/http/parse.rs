@@ -306,7 +306,8 @@ fn incomplete(buf: &[u8], limits: &Limits) -> Result<Option<RequestHead>, HttpEr
     }
     // RFC 9112 §2.2: a bare CR is invalid. Refused as it arrives: a head
     // whose lines end in CR alone would otherwise wait for its deadline.
-    if memchr::memchr_iter(b'\r', buf).any(|at| buf.get(at + 1).is_some_and(|&b| b != b'\n')) {
+    let head = buf.get(..limits.max_head_bytes).unwrap_or(buf);
+    if memchr::memchr_iter(b'\r', head).any(|at| head.get(at + 1).is_some_and(|&b| b != b'\n')) {
         return Err(HttpError::Malformed("bare CR in the request head"));
     }
     if buf.len() < limits.max_head_bytes {

@@ -71,7 +71,6 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
         .header("content-type")
         .filter(|ct| !ct.trim().is_empty())
         .ok_or_else(|| bad_request("Content-Type is required on append-batch"))?;
-    check_valid_content_type(ct)?;
     if req.body.len() > MAX_BODY_BYTES {
         return Err(Response::error(
             413,
@@ -86,11 +85,13 @@ pub fn check<'a>(req: &Request<'a>, table: &Table) -> Result<Vec<&'a [u8]>, Resp
         // PROTOCOL.md §4.2: a deleted source that forks still read is 410.
         return Err(super::fork::soft_deleted_reply(false));
     }
-    // PROTOCOL.md §5.2: a closed stream's 409 outranks a content-type one
-    // (with a matching type, each frame answers its own closed 409).
-    check_same_content_type(ct, stream).map_err(|mismatch| match stream.closed {
+    // PROTOCOL.md §5.2: a closed stream's 409 outranks a content-type
+    // problem, as on a plain append (with a good type, each frame answers
+    // its own closed 409).
+    let typed = check_valid_content_type(ct).and_then(|()| check_same_content_type(ct, stream));
+    typed.map_err(|problem| match stream.closed {
         true => closed_reply(stream, None),
-        false => mismatch,
+        false => problem,
     })?;
     let frames = frames(req.body)?;
     // A message a frame at least (a JSON frame of several records adds

@@ -195,7 +195,7 @@ async fn drained<F: Future>(io: F) -> Option<F::Output> {
 
 /// Bodies at least this large go out in a vectored write with the head
 /// instead of being copied behind it.
-const VECTORED_BODY_BYTES: usize = 16 << 10;
+pub(super) const VECTORED_BODY_BYTES: usize = 16 << 10;
 
 /// Writes a whole response; returns whether the connection stays usable.
 pub async fn respond(
@@ -236,7 +236,7 @@ pub async fn respond_shared(
     shard: &Shard,
     socket: &mut TcpStream,
     head: Response,
-    body: Vec<bytes::Bytes>,
+    body: &[bytes::Bytes],
     keep_alive: Persistence,
 ) -> bool {
     debug_assert!(head.body.is_empty(), "the body is the shared one");
@@ -254,32 +254,15 @@ pub async fn respond_shared(
         body.iter().for_each(|piece| out.extend_from_slice(piece));
         return write_bytes(socket, out).await && keep_alive.alive();
     }
-    write_bytes(socket, out).await && write_slices(socket, body).await && keep_alive.alive()
-}
-
-/// A cached chunk at least this long is sent as it is; shorter ones are
-/// gathered into writes of up to `GATHER_BYTES` (one write per small
-/// append would cost a system call each).
-const SHARED_SLICE_BYTES: usize = 64 << 10;
-const GATHER_BYTES: usize = 256 << 10;
-
-pub async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool {
-    let mut gathered: Vec<u8> = Vec::new();
-    for slice in slices {
-        let shared = slice.len() >= SHARED_SLICE_BYTES;
-        if shared || gathered.len() + slice.len() > GATHER_BYTES {
-            let full = std::mem::take(&mut gathered);
-            if !full.is_empty() && !write_bytes(socket, full).await {
-                return false;
-            }
-        }
-        if !shared {
-            gathered.extend_from_slice(&slice);
-        } else if !write_bytes(socket, slice).await {
+    if !write_bytes(socket, out).await {
+        return false;
+    }
+    for piece in body {
+        if !write_bytes(socket, piece.clone()).await {
             return false;
         }
     }
-    gathered.is_empty() || write_bytes(socket, gathered).await
+    keep_alive.alive()
 }
 
 /// One writev of head and body; whatever a partial write leaves is written

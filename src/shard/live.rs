@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::Shard;
 use super::audience::{Audience, BodyKey, SharedBody};
-use super::conn::{respond, respond_shared, responding, write_bytes, write_slices};
+use super::conn::{VECTORED_BODY_BYTES, respond, respond_shared, responding, write_bytes};
 use super::store::{self, FetchError};
 use crate::clock;
 use crate::http::render::{self, Framing, Persistence, Streamed};
@@ -209,6 +209,31 @@ fn cached_as_is(
     (data.cache_start() <= from).then(|| data.cached_slices(from, to))
 }
 
+/// A cached chunk at least this long is sent as it is; shorter ones are
+/// gathered into writes of up to `GATHER_BYTES` (one write per small
+/// append would cost a system call each).
+const SHARED_SLICE_BYTES: usize = 64 << 10;
+const GATHER_BYTES: usize = 256 << 10;
+
+async fn write_slices(socket: &mut TcpStream, slices: Vec<bytes::Bytes>) -> bool {
+    let mut gathered: Vec<u8> = Vec::new();
+    for slice in slices {
+        let shared = slice.len() >= SHARED_SLICE_BYTES;
+        if shared || gathered.len() + slice.len() > GATHER_BYTES {
+            let full = std::mem::take(&mut gathered);
+            if !full.is_empty() && !write_bytes(socket, full).await {
+                return false;
+            }
+        }
+        if !shared {
+            gathered.extend_from_slice(&slice);
+        } else if !write_bytes(socket, slice).await {
+            return false;
+        }
+    }
+    gathered.is_empty() || write_bytes(socket, gathered).await
+}
+
 /// What a long-poll should do next.
 enum Poll {
     Answer(Response),
@@ -250,7 +275,7 @@ async fn long_poll(
     match reply {
         Some(PollReply::Own(reply)) => respond(shard, socket, reply, keep, false).await,
         Some(PollReply::Shared(head, body)) => {
-            respond_shared(shard, socket, head, body.body.clone(), keep).await
+            respond_shared(shard, socket, head, &body.body, keep).await
         }
         None => false,
     }
@@ -420,8 +445,11 @@ async fn render_poll_body(
 }
 
 /// The body of `key` as the cache's chunks, uncopied, when it is stored
-/// bytes all cached: a copy per reader arriving after the data (whose
-/// audience is gone by then) cost a fresh window and its page faults each.
+/// bytes all cached in chunks large enough to write one by one (or a body
+/// small enough to go out with its head): a copy per reader arriving after
+/// the data (whose audience is gone by then) cost a fresh window and its
+/// page faults each. Small appends are still copied, into one piece, or
+/// each reader would hold a slice (and a write) per append.
 fn cached_poll_body(
     shard: &Shard,
     plan: &ReadPlan,
@@ -439,13 +467,27 @@ fn cached_poll_body(
     let window = data.cached_slices(key.start, key.fetch_end);
     let byte_at = |at: u64| byte_of(&window, at);
     let end = window::resolve_by(key.cut, key.start, byte_at).min(key.fetch_end);
+    let body = data.cached_slices(key.start, end);
+    if !sent_as_they_are(&body) {
+        return Ok(None);
+    }
     let lease = shard.lease_counted_reply(window_bytes(key.start, end))?;
     Ok(Some(SharedBody {
         key,
         end,
-        body: data.cached_slices(key.start, end),
+        body,
         lease,
     }))
+}
+
+/// Whether a shared body of these cached chunks goes out without a copy
+/// per reader: small enough to go with its head, or no chunk but the
+/// first and last (cut by the window) too small to write on its own.
+fn sent_as_they_are(chunks: &[Bytes]) -> bool {
+    let len: usize = chunks.iter().map(Bytes::len).sum();
+    let inner = chunks.get(1..chunks.len().saturating_sub(1));
+    let large = |chunk: &Bytes| chunk.len() >= SHARED_SLICE_BYTES;
+    len < VECTORED_BODY_BYTES || inner.unwrap_or_default().iter().all(large)
 }
 
 /// Byte `at` of the bytes `slices` hold one after another.
@@ -462,4 +504,43 @@ fn byte_of(slices: &[Bytes], mut at: u64) -> Option<u8> {
 /// The bytes a window from `start` to `end` takes in memory.
 pub(super) fn window_bytes(start: u64, end: u64) -> usize {
     usize::try_from(end.saturating_sub(start)).unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_chunks_go_out_uncopied_only_when_few_and_large() {
+        let chunk = |len: usize| Bytes::from(vec![7u8; len]);
+        let large = SHARED_SLICE_BYTES;
+        assert!(sent_as_they_are(&[chunk(10), chunk(large), chunk(10)]));
+        assert!(sent_as_they_are(&[chunk(4 << 20)]));
+        assert!(
+            sent_as_they_are(&vec![chunk(16); 100]),
+            "small with its head"
+        );
+        assert!(
+            !sent_as_they_are(&vec![chunk(16); 2000]),
+            "a write per append"
+        );
+        assert!(!sent_as_they_are(&[chunk(large), chunk(100), chunk(large)]));
+    }
+
+    #[test]
+    fn a_byte_is_found_across_chunks() {
+        let chunks = [Bytes::from_static(b"ab"), Bytes::from_static(b"cde")];
+        let found: Vec<Option<u8>> = (0..6).map(|at| byte_of(&chunks, at)).collect();
+        assert_eq!(
+            found,
+            [
+                Some(b'a'),
+                Some(b'b'),
+                Some(b'c'),
+                Some(b'd'),
+                Some(b'e'),
+                None
+            ]
+        );
+    }
 }

@@ -98,7 +98,8 @@ pub struct Trimmed<'a> {
 }
 
 impl Placed {
-    /// [`Trimmed`]'s ordinals, as (end, ordinal); the pieces sorted.
+    /// [`Trimmed`]'s ordinals, as (end, ordinal) in order of end; the
+    /// pieces sorted.
     pub fn ordinals_before(&self, trimmed: &Trimmed<'_>) -> Vec<(u64, u64)> {
         let Trimmed {
             retained, wanted, ..

@@ -336,15 +336,20 @@ impl Rebuild {
 impl Rebuild {
     /// Gives each producer the ranges of its latest appends whose records
     /// the log still holds.
-    /// `trimmed`: ordinals of ends before the retention point.
+    /// `trimmed`: ordinals of ends before the retention point, by end.
     fn restore_ranges(&self, stream: &mut Stream, trimmed: &[(u64, u64)]) {
-        let trimmed_at = |end| trimmed.iter().find(|&&(e, _)| e == end).map(|&(_, o)| o);
+        let trimmed_at = |end| {
+            let at = trimmed.binary_search_by_key(&end, |&(e, _)| e).ok()?;
+            Some(trimmed[at].1)
+        };
         for (id, state) in stream.producers.iter_mut() {
             let found = self.ranges.get(&(stream.id, id.clone()));
             if let Some(&(epoch, mut recent)) = found
                 && epoch == state.epoch
             {
-                recent.fill_ordinals(|end| stream.messages.ordinal_at(end).or(trimmed_at(end)));
+                recent.fill_ordinals(|end| {
+                    stream.messages.ordinal_at(end).or_else(|| trimmed_at(end))
+                });
                 state.recent = recent;
             }
         }
