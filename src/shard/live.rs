@@ -464,30 +464,27 @@ fn cached_poll_body(
     if !read::sends_stored_bytes(stream, plan) || data.cache_start() > key.start {
         return Ok(None);
     }
-    let window = data.cached_slices(key.start, key.fetch_end);
-    let byte_at = |at: u64| byte_of(&window, at);
+    // A character cut looks at most 4 bytes around its limit.
+    let near = match key.cut {
+        Cut::Utf8Near(limit) => limit.saturating_sub(4).max(key.start),
+        Cut::At(_) => key.fetch_end,
+    };
+    let around = data.cached_slices(near, key.fetch_end);
+    let byte_at = |at: u64| byte_of(&around, (key.start + at).checked_sub(near)?);
     let end = window::resolve_by(key.cut, key.start, byte_at).min(key.fetch_end);
-    let body = data.cached_slices(key.start, end);
-    if !sent_as_they_are(&body) {
+    // Small enough to go with its head, or chunks large enough to write
+    // one by one; else each reader would hold a slice and a write per append.
+    let small = window_bytes(key.start, end) < VECTORED_BODY_BYTES;
+    if !small && !data.cached_inner_chunks_at_least(key.start, end, SHARED_SLICE_BYTES) {
         return Ok(None);
     }
     let lease = shard.lease_counted_reply(window_bytes(key.start, end))?;
     Ok(Some(SharedBody {
         key,
         end,
-        body,
+        body: data.cached_slices(key.start, end),
         lease,
     }))
-}
-
-/// Whether a shared body of these cached chunks goes out without a copy
-/// per reader: small enough to go with its head, or no chunk but the
-/// first and last (cut by the window) too small to write on its own.
-fn sent_as_they_are(chunks: &[Bytes]) -> bool {
-    let len: usize = chunks.iter().map(Bytes::len).sum();
-    let inner = chunks.get(1..chunks.len().saturating_sub(1));
-    let large = |chunk: &Bytes| chunk.len() >= SHARED_SLICE_BYTES;
-    len < VECTORED_BODY_BYTES || inner.unwrap_or_default().iter().all(large)
 }
 
 /// Byte `at` of the bytes `slices` hold one after another.
@@ -509,23 +506,6 @@ pub(super) fn window_bytes(start: u64, end: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cached_chunks_go_out_uncopied_only_when_few_and_large() {
-        let chunk = |len: usize| Bytes::from(vec![7u8; len]);
-        let large = SHARED_SLICE_BYTES;
-        assert!(sent_as_they_are(&[chunk(10), chunk(large), chunk(10)]));
-        assert!(sent_as_they_are(&[chunk(4 << 20)]));
-        assert!(
-            sent_as_they_are(&vec![chunk(16); 100]),
-            "small with its head"
-        );
-        assert!(
-            !sent_as_they_are(&vec![chunk(16); 2000]),
-            "a write per append"
-        );
-        assert!(!sent_as_they_are(&[chunk(large), chunk(100), chunk(large)]));
-    }
 
     #[test]
     fn a_byte_is_found_across_chunks() {

@@ -281,6 +281,22 @@ impl StreamData {
             .collect()
     }
 
+    /// Whether every cached chunk of `[start, end)` but the first and the
+    /// last (which the range may cut) holds at least `min` bytes: stops at
+    /// the first that does not, so a range of many small appends costs
+    /// little to rule out.
+    pub fn cached_inner_chunks_at_least(&self, start: u64, end: u64, min: usize) -> bool {
+        let mut lens = self.cached_parts(start, end).map(|(_, range)| range.len());
+        lens.next();
+        let mut lens = lens.peekable();
+        while let Some(len) = lens.next() {
+            if len < min && lens.peek().is_some() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// The cached chunks that hold bytes of `[start, end)`, each with the
     /// range of it that lies inside.
     fn cached_parts(
@@ -410,6 +426,24 @@ mod tests {
         let mut d = StreamData::default();
         d.push(b"x".to_vec().into());
         assert_eq!(d.chunks.capacity(), 1);
+    }
+
+    #[test]
+    fn only_the_ends_of_a_range_may_cut_small_chunks() {
+        let mut d = StreamData::default();
+        for len in [10, 100, 100, 10] {
+            d.push(vec![b'x'; len].into());
+        }
+        assert!(d.cached_inner_chunks_at_least(0, 220, 100));
+        assert!(
+            d.cached_inner_chunks_at_least(105, 220, 100),
+            "cut first and last"
+        );
+        assert!(!d.cached_inner_chunks_at_least(0, 220, 101));
+        assert!(
+            d.cached_inner_chunks_at_least(5, 110, 101),
+            "no inner chunk"
+        );
     }
 
     #[test]
