@@ -245,8 +245,10 @@ fn plan_body(stream: &Stream, plan: &ReadPlan, start: u64, fetched: &[u8]) -> Ve
             records::envelope(first, fetched, &mut out);
             out
         }
-        Some(_) => fetched.to_vec(),
-        None => render_body(stream, plan.surface, fetched),
+        // One test of stored bytes for this and the cached long-poll body
+        // that sends them uncopied (`shard::live`).
+        _ if sends_stored_bytes(stream, plan) => fetched.to_vec(),
+        _ => render_body(stream, plan.surface, fetched),
     }
 }
 

@@ -474,11 +474,12 @@ fn cached_poll_body(
     let end = window::resolve_by(key.cut, key.start, byte_at).min(key.fetch_end);
     // Small enough to go with its head, or chunks large enough to write
     // one by one; else each reader would hold a slice and a write per append.
-    let small = window_bytes(key.start, end) < VECTORED_BODY_BYTES;
+    let len = window_bytes(key.start, end);
+    let small = len < VECTORED_BODY_BYTES;
     if !small && !data.cached_inner_chunks_at_least(key.start, end, SHARED_SLICE_BYTES) {
         return Ok(None);
     }
-    let lease = shard.lease_counted_reply(window_bytes(key.start, end))?;
+    let lease = shard.lease_counted_reply(len)?;
     Ok(Some(SharedBody {
         key,
         end,

@@ -20,8 +20,9 @@ pub struct Table {
     /// Ordered by key, so a bucket's streams (`{bucket}/{stream}`) are one
     /// range: listings and scans cost what they return, and a long scan
     /// can resume after its last key. Boxed: a B-tree node holds eleven
-    /// values and is a third empty on average, and a `Stream` is ~570
-    /// bytes (100,000 idle streams: 146 MB resident inline, 103 MB boxed).
+    /// values and is a third empty on average, and a `Stream` is hundreds
+    /// of bytes (at ~570, 100,000 idle streams: 146 MB resident inline,
+    /// 103 MB boxed).
     pub(super) streams: BTreeMap<String, Box<Stream>>,
     pub(super) cache: CacheBudget,
     /// A fork's inherited data, logged but not yet part of a stream:
