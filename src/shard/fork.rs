@@ -38,11 +38,11 @@ pub enum Lent {
     /// lease that keeps the source from a hard delete until the fork is
     /// applied or has failed.
     Plan(Result<Box<(SourcePlan, Option<File>, Lease)>, Response>),
-    /// One inherited append (or the retained part of one).
-    Piece {
-        start: u64,
-        bytes: Vec<u8>,
-    },
+    /// Consecutive inherited appends (or the retained part of the first),
+    /// each at its start offset: one message a fetch window, so a source of
+    /// many small appends costs the fork's shard one wake-up a window, not
+    /// one an append.
+    Pieces(Vec<(u64, Vec<u8>)>),
     /// The sub-offset prefix; the last message.
     Prefix(Vec<u8>),
     Failed(Response),
@@ -110,12 +110,15 @@ async fn lend_task(shard: Rc<Shard>, key: String, spec: ForkSpec, tx: flume::Sen
                 return;
             }
         };
-        for &(start, len) in window {
-            let at = (start - from) as usize;
-            let bytes = bytes[at..at + len as usize].to_vec();
-            if tx.send_async(Lent::Piece { start, bytes }).await.is_err() {
-                return;
-            }
+        let lent = window
+            .iter()
+            .map(|&(start, len)| {
+                let at = (start - from) as usize;
+                (start, bytes[at..at + len as usize].to_vec())
+            })
+            .collect();
+        if tx.send_async(Lent::Pieces(lent)).await.is_err() {
+            return;
         }
     }
     let lent = match store::fetch(&shard, &key, id, prefix.0, prefix.1).await {
@@ -326,8 +329,8 @@ async fn copy(
     let mut in_flight = 0;
     let mut last: Option<super::commit::Ticket> = None;
     loop {
-        let (start, bytes) = match rx.recv_async().await {
-            Ok(Lent::Piece { start, bytes }) => (start, bytes),
+        let pieces = match rx.recv_async().await {
+            Ok(Lent::Pieces(pieces)) => pieces,
             Ok(Lent::Prefix(prefix)) => {
                 if let Some(ticket) = last {
                     ticket.await.map_err(|e| e.response())?;
@@ -337,29 +340,12 @@ async fn copy(
             Ok(Lent::Failed(reply)) => return Err(reply),
             _ => return Err(storage_unavailable("the source's shard stopped lending")),
         };
-        let len = bytes.len() as u64;
-        let ends = match json {
-            true => crate::stream::newlines::positions(&bytes)
-                .map(|i| start + i as u64 + 1)
-                .collect(),
-            false => vec![start + len],
-        };
-        in_flight += bytes.len();
-        let entry = Entry::Relocate {
-            key: key.to_string(),
-            stream_id: id,
-            start,
-            data: bytes,
-        };
-        let effect = Effect::Stage {
-            stream_id: id,
-            start,
-            len,
-            ends,
-        };
-        last = shard
-            .submit_entries(vec![(entry, effect)])
-            .map_err(|e| e.response())?;
+        in_flight += pieces.iter().map(|(_, bytes)| bytes.len()).sum::<usize>();
+        let entries = pieces
+            .into_iter()
+            .map(|(start, bytes)| relocation(key, id, json, start, bytes))
+            .collect();
+        last = shard.submit_entries(entries).map_err(|e| e.response())?;
         if in_flight >= IN_FLIGHT_BYTES || shard.commit_queue_full() {
             if let Some(ticket) = last.take() {
                 ticket.await.map_err(|e| e.response())?;
@@ -367,6 +353,31 @@ async fn copy(
             in_flight = 0;
         }
     }
+}
+
+/// The RELOCATE record of one inherited append at `start` and the staging
+/// of its location and message ends once it commits.
+fn relocation(key: &str, id: u64, json: bool, start: u64, bytes: Vec<u8>) -> (Entry, Effect) {
+    let len = bytes.len() as u64;
+    let ends = match json {
+        true => crate::stream::newlines::positions(&bytes)
+            .map(|i| start + i as u64 + 1)
+            .collect(),
+        false => vec![start + len],
+    };
+    let entry = Entry::Relocate {
+        key: key.to_string(),
+        stream_id: id,
+        start,
+        data: bytes,
+    };
+    let effect = Effect::Stage {
+        stream_id: id,
+        start,
+        len,
+        ends,
+    };
+    (entry, effect)
 }
 
 /// The 201 of a new fork, with its record range on JSON streams.
