@@ -402,6 +402,8 @@ fn json_fork_continues_record_ordinals() {
             let r = fork(&s, &path, &src.path, extra);
             expect(&r, 201, &format!("fork {path}"));
             assert_eq!(num(&r, "stream-record-next"), n, "{path}: 201");
+            // Extensions §6.3: no body, no records of its own.
+            assert_eq!(num(&r, "stream-record-start"), n, "{path}: 201 start");
             assert_eq!(first_next(&s, &path), (first, n), "{path}: HEAD");
             Tracked::new(path, JSON, Data::Json(values(first..n)))
         };

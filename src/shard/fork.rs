@@ -270,7 +270,7 @@ pub async fn create(
     // Submitting applies it: the 201 describes this incarnation, built
     // before the wait for the disk lets anything else change the key.
     let ticket = shard.submit(vec![command]);
-    let reply = created(shard, req, plan.anchor);
+    let reply = created(shard, req, plan.prefix_end);
     match ticket.await {
         Ok(()) => reply,
         Err(e) => e.response(),
@@ -380,8 +380,11 @@ fn relocation(key: &str, id: u64, json: bool, start: u64, bytes: Vec<u8>) -> (En
     (entry, effect)
 }
 
-/// The 201 of a new fork, with its record range on JSON streams.
-fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
+/// The 201 of a new fork, with its record range on JSON streams: the
+/// records of its own body, which begin at `own_start`, after what it
+/// inherited, the sub-offset prefix included (extensions §6.3: a fork
+/// without a body creates no records, so its range is empty at the tail).
+fn created(shard: &Shard, req: &Request, own_start: u64) -> Response {
     let table = shard.table.borrow();
     // Absent only when the submit failed (its ticket says how).
     let Some(stream) = table.get(req.key) else {
@@ -392,7 +395,7 @@ fn created(shard: &Shard, req: &Request, anchor: u64) -> Response {
         .header("content-type", stream.content_type.clone())
         .header("stream-next-offset", offset::format(stream.head_tail()))
         .header_if(stream.closed, "stream-closed", "true");
-    let first = stream.messages.ordinal_at(anchor).unwrap_or(0);
+    let first = stream.messages.ordinal_at(own_start).unwrap_or(0);
     records::ack(stream, reply, first, stream.messages.next())
 }
 
