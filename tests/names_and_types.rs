@@ -170,19 +170,31 @@ fn a_repeated_single_valued_header_is_400_and_changes_nothing() {
     let path = "/v1/stream/names-repeated";
     let text = ("Content-Type", "text/plain");
     assert_eq!(req(s.addr, "PUT", path, &[text], b"").status, 201);
-    let twice = [text, ("Stream-Closed", "true"), ("Stream-Closed", "false")];
+    let twice = [text, ("Stream-Seq", "a"), ("Stream-Seq", "b")];
     let r = req(s.addr, "POST", path, &twice, b"x");
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(
-        r.text().contains("stream-closed appears more than once"),
+        r.text().contains("stream-seq appears more than once"),
         "{}",
         r.text()
     );
     let head = req(s.addr, "HEAD", path, &[], b"");
-    assert_eq!(head.header("stream-closed"), None);
     assert_eq!(
         head.header("stream-next-offset")
             .map(|o| o.ends_with("_0000000000000000")),
+        Some(true)
+    );
+    // PROTOCOL.md §4.1: a Stream-Closed other than `true` is as if absent,
+    // with no error; two lines are one value, `true, true` (RFC 9110 §5.3).
+    let closed_twice = [text, ("Stream-Closed", "true"), ("Stream-Closed", "true")];
+    let r = req(s.addr, "POST", path, &closed_twice, b"x");
+    assert_eq!(r.status, 204, "{}", r.text());
+    assert_eq!(r.header("stream-closed"), None, "appended, not closed");
+    let head = req(s.addr, "HEAD", path, &[], b"");
+    assert_eq!(head.header("stream-closed"), None);
+    assert_eq!(
+        head.header("stream-next-offset")
+            .map(|o| o.ends_with("_0000000000000001")),
         Some(true)
     );
     let seqs = [
@@ -243,4 +255,25 @@ fn a_fork_keeps_its_source_content_type_however_the_request_spells_it() {
         ];
         assert_eq!(req(s.addr, "PUT", &other, &html, b"").status, 409);
     }
+}
+
+/// A browser's preflight (CORS) for a cross-origin write: the protocol's
+/// request headers, `If-Match` among them (conditional writes), and an
+/// application's own are allowed as asked.
+#[test]
+fn a_cors_preflight_allows_the_headers_a_browser_asks_for() {
+    let s = server();
+    let asked = "content-type,if-match,producer-id,x-request-id";
+    let ask = [
+        ("Origin", "http://app.example"),
+        ("Access-Control-Request-Method", "POST"),
+        ("Access-Control-Request-Headers", asked),
+    ];
+    let r = req(s.addr, "OPTIONS", "/v1/stream/cors", &ask, b"");
+    assert_eq!(r.status, 204);
+    assert_eq!(r.header("access-control-allow-headers"), Some(asked));
+    assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+    let plain = req(s.addr, "OPTIONS", "/v1/stream/cors", &ask[..2], b"");
+    let allowed = plain.header("access-control-allow-headers").unwrap_or("");
+    assert!(allowed.contains("if-match,"), "{allowed}");
 }

@@ -65,12 +65,13 @@ pub fn lifetime(head: &RequestHead) -> Result<Lifetime, Response> {
 
 /// The protocol's fields that carry one value. RFC 9110 §5.3: a sender
 /// must not repeat a field that is not a list; repeated, which value counts
-/// would be a guess (`Stream-Closed: true` then `Stream-Closed: false`).
-const SINGLE_VALUED: [&str; 14] = [
+/// would be a guess (`Stream-TTL: 60` then `Stream-TTL: 3600`).
+/// `Stream-Closed` is not among them: §4.1 treats any value but `true`
+/// as absent, without an error (`wants_close`).
+const SINGLE_VALUED: [&str; 13] = [
     "content-type",
     "stream-ttl",
     "stream-expires-at",
-    "stream-closed",
     "stream-seq",
     "producer-id",
     "producer-epoch",
@@ -98,10 +99,18 @@ pub fn check_single_valued(head: &RequestHead) -> Result<(), Response> {
     Ok(())
 }
 
-/// `Stream-Closed: true` (case-insensitive); any other value means not closing.
+/// `Stream-Closed: true` (case-insensitive); any other value means not
+/// closing (PROTOCOL.md §4.1: treated as absent, no error). Two lines are
+/// one comma-joined value (RFC 9110 §5.3), `true, true`: not `true`.
 pub fn wants_close(head: &RequestHead) -> bool {
-    head.header("stream-closed")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    let mut values = head
+        .headers
+        .iter()
+        .filter(|(name, _)| *name == "stream-closed");
+    matches!(
+        (values.next(), values.next()),
+        (Some((_, value)), None) if value.eq_ignore_ascii_case("true")
+    )
 }
 
 /// Producer headers: all three or none; id non-empty; strict integers.
