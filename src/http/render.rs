@@ -5,7 +5,8 @@
 use crate::protocol::Response;
 
 /// Request headers a browser may send cross-origin (CORS preflight).
-pub const ALLOW_HEADERS: &str = "content-type, authorization, if-none-match, cache-control, \
+pub const ALLOW_HEADERS: &str = "content-type, authorization, if-match, if-none-match, \
+    cache-control, \
     stream-seq, stream-ttl, stream-expires-at, stream-closed, producer-id, producer-epoch, \
     producer-seq, stream-forked-from, stream-fork-offset, stream-fork-sub-offset, \
     stream-attrs, stream-snapshot-match, stream-record-match, last-event-id";
@@ -214,20 +215,56 @@ pub fn chunk(data: &[u8], out: &mut Vec<u8>) {
 /// The last chunk: ends a chunked body.
 pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
 
-/// The CORS preflight answer (any path).
-pub fn preflight() -> Response {
+/// The longest `Access-Control-Request-Headers` a preflight echoes.
+const MAX_REQUESTED_HEADERS: usize = 1024;
+
+/// The CORS preflight answer (any path). The headers a browser asks for
+/// (`requested`, its `Access-Control-Request-Headers`) are allowed as
+/// asked when they are a plain list of field names, so an application's
+/// own headers (a request id, a tenant) pass too; otherwise the protocol's.
+pub fn preflight(requested: Option<&str>) -> Response {
+    let allowed = match requested {
+        Some(list) if is_field_name_list(list) => list.to_string(),
+        _ => ALLOW_HEADERS.to_string(),
+    };
     Response::new(204)
         .header(
             "access-control-allow-methods",
             "GET, POST, PUT, DELETE, HEAD, OPTIONS",
         )
-        .header("access-control-allow-headers", ALLOW_HEADERS)
+        .header("access-control-allow-headers", allowed)
         .header("access-control-max-age", "86400")
+}
+
+/// A non-empty, bounded list of RFC 9110 §5.1 field names (tokens) apart
+/// by commas and spaces.
+fn is_field_name_list(list: &str) -> bool {
+    let token = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    !list.trim().is_empty()
+        && list.len() <= MAX_REQUESTED_HEADERS
+        && list.bytes().all(|b| token(b) || b == b',' || b == b' ')
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_preflight_allows_the_field_names_asked_for_and_nothing_else() {
+        let allowed = |requested| {
+            preflight(requested)
+                .get_header("access-control-allow-headers")
+                .map(str::to_string)
+        };
+        let asked = "if-match, x-request-id,producer-id";
+        assert_eq!(allowed(Some(asked)).as_deref(), Some(asked));
+        for odd in [None, Some(""), Some("a\tb"), Some("x:y"), Some("\"q\"")] {
+            assert_eq!(allowed(odd).as_deref(), Some(ALLOW_HEADERS), "{odd:?}");
+        }
+        let long = "x,".repeat(MAX_REQUESTED_HEADERS);
+        assert_eq!(allowed(Some(&long)).as_deref(), Some(ALLOW_HEADERS));
+        assert!(ALLOW_HEADERS.contains("if-match,"), "conditional writes");
+    }
 
     #[test]
     fn every_status_rill_sends_has_its_reason_phrase() {

@@ -31,7 +31,8 @@ pub async fn handle(
         false => Bytes::from(body),
     };
     if head.method == Method::Options {
-        return respond(shard, socket, render::preflight(), keep, false).await;
+        let requested = head.header("access-control-request-headers");
+        return respond(shard, socket, render::preflight(requested), keep, false).await;
     }
     // RFC 9110 §15.6.2: a method the server does not recognize (methods are
     // case-sensitive: `get` is not GET) is 501; a known one a resource does
